@@ -1,0 +1,1 @@
+"""epimem's domain and write path: models, settings, storage, segmentation, episode generation."""

@@ -1,0 +1,353 @@
+"""The write path: messages stored durably first, then cut into episodes, embedded and stored.
+
+Episode formation is a three-step write-ahead protocol per segment, so that a crash at any
+point neither loses nor duplicates anything:
+
+1. the segment's messages are marked FORMING with the (deterministic) episode id they will get;
+2. the episode and the message vectors are written (upsert, idempotent by id);
+3. the messages are marked DONE.
+
+After a crash, FORMING messages are regenerated as exactly the planned segment, and PENDING
+ones are segmented again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memory.embedding import Embedder
+from memory.errors import ConflictError, InvalidInputError
+from memory.generation import EpisodeGenerator, episode_id_for
+from memory.models import (
+    BoundaryReason,
+    Episode,
+    GroupConfiguration,
+    Message,
+    MessageState,
+    Segment,
+    SessionInfo,
+    StoredMessage,
+)
+from memory.segmentation import SegmentationPolicy, split_messages
+from memory.store import ChromaStore, VectorRecord, episode_metadata, message_record_id, message_vector_metadata
+from memory.timeutil import utc_now
+
+log = logging.getLogger("epimem.ingest")
+
+# What is embedded for an episode: the title and the lead of the content. The model reads at
+# most 256 wordpieces; every message is embedded on its own too, so nothing is lost.
+EPISODE_EMBED_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class AddReceipt:
+    accepted: list[str]
+    duplicates: list[str]
+    pending: int
+
+
+@dataclass
+class StageTimings:
+    """Cumulative seconds per ingest stage (exported as metrics)."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    episodes_created: int = 0
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
+
+
+def message_embedding_text(message: Message) -> str:
+    caption = message.metadata.get("image_caption")
+    shared = f" [shared an image: {caption}]" if caption else ""
+    return f"{message.speaker}: {message.content}{shared}"
+
+
+def episode_embedding_text(episode: Episode) -> str:
+    return f"{episode.title}\n{episode.content}"[:EPISODE_EMBED_CHARS]
+
+
+class Ingestor:
+    def __init__(
+        self,
+        *,
+        store: ChromaStore,
+        embedder: Embedder,
+        generator: EpisodeGenerator,
+        policy: SegmentationPolicy,
+        auto_flush_pending: int = 24,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._generator = generator
+        self._policy = policy
+        self._auto_flush_pending = auto_flush_pending
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self.timings = StageTimings()
+
+    @contextmanager
+    def session_lock(self, group_id: str, session_id: str) -> Iterator[None]:
+        with self._locks_guard:
+            lock = self._locks.setdefault((group_id, session_id), threading.Lock())
+        with lock:
+            yield
+
+    # -- messages in --------------------------------------------------------------------
+
+    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
+        """Store messages durably. Idempotent by id: the same id and content again is a duplicate,
+        the same id with other content is a conflict (and nothing of the batch is written)."""
+        ids = [message.id for message in messages]
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            repeated = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+            raise InvalidInputError("message ids repeat within the batch", details={"ids": repeated[:20]})
+        with self.session_lock(group_id, session_id), self.timings.stage("store_messages"):
+            existing = self._store.get_messages(group_id, session_id, ids)
+            conflicts = [m.id for m in messages if m.id in existing and not _same_message(existing[m.id].message, m)]
+            if conflicts:
+                raise ConflictError("message ids already exist with different content", details={"ids": conflicts[:20]})
+            new = [m for m in messages if m.id not in existing]
+            if self._store.get_session_info(group_id, session_id) is None:
+                self._store.put_session_info(SessionInfo(group_id=group_id, session_id=session_id))
+            base = time.time_ns()
+            received = utc_now()
+            self._store.put_messages(
+                group_id,
+                [
+                    StoredMessage(
+                        group_id=group_id, session_id=session_id, message=m, received_at=received, sequence=base + i
+                    )
+                    for i, m in enumerate(new)
+                ],
+            )
+            pending = len(self._store.list_messages(group_id, session_id, states=[MessageState.PENDING]))
+        return AddReceipt(
+            accepted=[m.id for m in new], duplicates=[m.id for m in messages if m.id in existing], pending=pending
+        )
+
+    def needs_formation(self, receipt: AddReceipt) -> bool:
+        return receipt.pending >= self._auto_flush_pending
+
+    def ensure_group(self, group_id: str) -> GroupConfiguration:
+        config = self._store.get_group_config(group_id)
+        if config is None:
+            config = GroupConfiguration(group_id=group_id)
+            self._store.put_group_config(config)
+        return config
+
+    # -- episodes out --------------------------------------------------------------------
+
+    def flush(self, group_id: str, session_id: str, *, reason: BoundaryReason = BoundaryReason.FLUSH) -> list[Episode]:
+        """Turn every unfinished message of the session into stored, searchable episodes."""
+        return self.form([(group_id, session_id)], close_tail=True, final_reason=reason)
+
+    def form_closed(self, group_id: str, session_id: str) -> list[Episode]:
+        """Form the segments that a later cut has closed; the open tail stays pending,
+        unless it is full or idle for longer than the time gap."""
+        return self.form([(group_id, session_id)], close_tail=False)
+
+    def form(
+        self,
+        sessions: Sequence[tuple[str, str]],
+        *,
+        close_tail: bool,
+        final_reason: BoundaryReason = BoundaryReason.FLUSH,
+    ) -> list[Episode]:
+        """Form episodes for several sessions at once: one embedding batch for all their messages,
+        one for all their episodes, one write per partition."""
+        with _many_locks(self, sessions):
+            plans: list[tuple[str, str, Segment, str]] = []
+            message_vectors: dict[tuple[str, str, str], np.ndarray] = {}
+            for group_id, session_id in sessions:
+                unfinished = self._store.list_messages(
+                    group_id, session_id, states=[MessageState.PENDING, MessageState.FORMING]
+                )
+                plans += _resumed_plans(group_id, session_id, unfinished)
+                pending = [s.message for s in unfinished if s.state is MessageState.PENDING]
+                if not pending:
+                    continue
+                with self.timings.stage("embedding"):
+                    vectors = self._embedder.embed_batch([message_embedding_text(m) for m in pending])
+                for message, vector in zip(pending, vectors, strict=True):
+                    message_vectors[(group_id, session_id, message.id)] = vector
+                with self.timings.stage("segmentation"):
+                    segments = split_messages(
+                        pending,
+                        policy=self._policy,
+                        vectors=vectors,
+                        final_reason=final_reason,
+                    )
+                if not close_tail and segments:
+                    tail = segments[-1]
+                    idle = utc_now() - tail.messages[-1].timestamp > self._policy.time_gap
+                    if len(tail.messages) >= self._policy.max_messages:
+                        segments[-1] = tail.model_copy(update={"boundary_reason": BoundaryReason.MAX_SIZE})
+                    elif idle:
+                        segments[-1] = tail.model_copy(update={"boundary_reason": BoundaryReason.TIME_GAP})
+                    else:
+                        segments = segments[:-1]
+                new_plans = [
+                    (group_id, session_id, segment, episode_id_for(group_id, session_id, segment.message_ids))
+                    for segment in segments
+                ]
+                self._write_plans(new_plans, unfinished)
+                plans += new_plans
+            if not plans:
+                return []
+            return self._execute(plans, message_vectors)
+
+    def _write_plans(self, plans: list[tuple[str, str, Segment, str]], unfinished: list[StoredMessage]) -> None:
+        """Step 1: record which episode each message goes to, before any episode is written."""
+        by_id = {stored.message.id: stored for stored in unfinished}
+        for group_id, _session_id, segment, episode_id in plans:
+            self._store.put_messages(
+                group_id,
+                [
+                    by_id[m.id].model_copy(
+                        update={
+                            "state": MessageState.FORMING,
+                            "episode_id": episode_id,
+                            "boundary_reason": segment.boundary_reason,
+                        }
+                    )
+                    for m in segment.messages
+                ],
+            )
+
+    def _execute(
+        self,
+        plans: list[tuple[str, str, Segment, str]],
+        message_vectors: dict[tuple[str, str, str], np.ndarray],
+    ) -> list[Episode]:
+        with self.timings.stage("generation"):
+            episodes = [
+                self._generator.generate(segment, group_id=g, session_id=s, episode_id=episode_id)
+                for g, s, segment, episode_id in plans
+            ]
+        missing = [
+            (g, s, m) for g, s, segment, _ in plans for m in segment.messages if (g, s, m.id) not in message_vectors
+        ]
+        with self.timings.stage("embedding"):
+            episode_vectors = self._embedder.embed_batch([episode_embedding_text(e) for e in episodes])
+            if missing:
+                vectors = self._embedder.embed_batch([message_embedding_text(m) for _, _, m in missing])
+                for (g, s, m), vector in zip(missing, vectors, strict=True):
+                    message_vectors[(g, s, m.id)] = vector
+        by_partition: dict[tuple[str, str], list[VectorRecord]] = defaultdict(list)
+        done: dict[str, list[StoredMessage]] = defaultdict(list)
+        for (g, s, segment, episode_id), episode, vector in zip(plans, episodes, episode_vectors, strict=True):
+            by_partition[(g, s)].append(
+                VectorRecord(
+                    id=episode.uuid, document=episode.content, metadata=episode_metadata(episode), embedding=vector
+                )
+            )
+            for message in segment.messages:
+                stored = StoredMessage(
+                    group_id=g,
+                    session_id=s,
+                    message=message,
+                    state=MessageState.DONE,
+                    episode_id=episode_id,
+                    boundary_reason=segment.boundary_reason,
+                )
+                by_partition[(g, s)].append(
+                    VectorRecord(
+                        id=message_record_id(s, message.id),
+                        document=message.content,
+                        metadata=message_vector_metadata(stored),
+                        embedding=message_vectors[(g, s, message.id)],
+                    )
+                )
+                done[g].append(stored)
+        with self.timings.stage("storage"):
+            for (g, s), records in by_partition.items():
+                self._store.upsert_vectors(g, s, records)
+            for g, stored_messages in done.items():
+                self._mark_done(g, stored_messages)
+        self.timings.episodes_created += len(episodes)
+        log.info("formed %d episodes", len(episodes))
+        return episodes
+
+    def _mark_done(self, group_id: str, stored_messages: list[StoredMessage]) -> None:
+        """Step 3; keeps each message's original receipt time and sequence."""
+        by_session: dict[str, list[StoredMessage]] = defaultdict(list)
+        for stored in stored_messages:
+            by_session[stored.session_id].append(stored)
+        updated: list[StoredMessage] = []
+        for session_id, items in by_session.items():
+            current = self._store.get_messages(group_id, session_id, [s.message.id for s in items])
+            for stored in items:
+                previous = current.get(stored.message.id)
+                if previous is None:
+                    continue  # deleted meanwhile: do not resurrect it
+                updated.append(
+                    stored.model_copy(update={"received_at": previous.received_at, "sequence": previous.sequence})
+                )
+        self._store.put_messages(group_id, updated)
+
+    # -- recovery ----------------------------------------------------------------------------
+
+    def unfinished_sessions(self) -> list[tuple[str, str]]:
+        return [
+            (group_id, session_id)
+            for group_id in self._store.list_groups()
+            for session_id in sorted(self._store.sessions_with_unfinished_messages(group_id))
+        ]
+
+    def recover(self) -> list[Episode]:
+        """Finish what a crash interrupted: planned episodes, closed segments and idle tails."""
+        return self.form(self.unfinished_sessions(), close_tail=False)
+
+    @property
+    def policy(self) -> SegmentationPolicy:
+        return self._policy
+
+
+def _same_message(a: Message, b: Message) -> bool:
+    return (a.content, a.role, a.timestamp, a.producer_id, a.produced_for_id) == (
+        b.content,
+        b.role,
+        b.timestamp,
+        b.producer_id,
+        b.produced_for_id,
+    )
+
+
+def _resumed_plans(
+    group_id: str, session_id: str, unfinished: list[StoredMessage]
+) -> list[tuple[str, str, Segment, str]]:
+    """Segments planned before a crash (messages in FORMING state), rebuilt exactly."""
+    groups: dict[str, list[StoredMessage]] = defaultdict(list)
+    for stored in unfinished:
+        if stored.state is MessageState.FORMING and stored.episode_id:
+            groups[stored.episode_id].append(stored)
+    plans = []
+    for episode_id, items in groups.items():
+        reason = items[0].boundary_reason or BoundaryReason.FLUSH
+        segment = Segment(messages=tuple(s.message for s in items), boundary_reason=reason)
+        plans.append((group_id, session_id, segment, episode_id))
+    return plans
+
+
+@contextmanager
+def _many_locks(ingestor: Ingestor, sessions: Sequence[tuple[str, str]]) -> Iterator[None]:
+    """Take the session locks in a fixed order (no deadlock between concurrent formations)."""
+    with ExitStack() as stack:
+        for group_id, session_id in sorted(set(sessions)):
+            stack.enter_context(ingestor.session_lock(group_id, session_id))
+        yield

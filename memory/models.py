@@ -1,0 +1,192 @@
+"""Domain models: immutable, validated, timestamps always timezone-aware UTC."""
+
+from __future__ import annotations
+
+import uuid as uuid_module
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from memory.timeutil import parse_timestamp, utc_now
+
+MAX_ID_LENGTH = 500
+MAX_MESSAGE_ID_LENGTH = 256
+
+
+def _check_id(value: str, *, max_length: int) -> str:
+    if not value or not value.strip():
+        raise ValueError("id must not be empty or blank")
+    if len(value) > max_length:
+        raise ValueError(f"id is longer than {max_length} characters")
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise ValueError("id must not contain control characters")
+    return value
+
+
+def check_scope_id(value: str) -> str:
+    """Group and session ids: any unicode text of 1-500 characters without control characters."""
+    return _check_id(value, max_length=MAX_ID_LENGTH)
+
+
+def check_message_id(value: str) -> str:
+    return _check_id(value, max_length=MAX_MESSAGE_ID_LENGTH)
+
+
+UtcDatetime = Annotated[datetime, BeforeValidator(parse_timestamp)]
+ScopeId = Annotated[str, BeforeValidator(lambda v: check_scope_id(v) if isinstance(v, str) else v)]
+MessageId = Annotated[str, BeforeValidator(lambda v: check_message_id(v) if isinstance(v, str) else v)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Role(StrEnum):
+    USER = "user"
+    ASSISTANT = "assistant"
+    SYSTEM = "system"
+    TOOL = "tool"
+
+
+class ContentType(StrEnum):
+    STRING = "string"
+
+
+class EpisodeType(StrEnum):
+    EPISODE = "episode"
+    SUMMARY = "summary"
+
+
+class GenerationMethod(StrEnum):
+    LLM = "llm"
+    OFFLINE = "offline"
+    FALLBACK = "fallback"
+
+
+class BoundaryReason(StrEnum):
+    TIME_GAP = "time_gap"
+    MAX_SIZE = "max_size"
+    TOPIC_SHIFT = "topic_shift"
+    FLUSH = "flush"
+    END_OF_SESSION = "end_of_session"
+    LLM = "llm"
+
+
+class Message(Frozen):
+    """What was said. Stored verbatim; never rewritten."""
+
+    id: MessageId
+    role: Role = Role.USER
+    content: str = Field(min_length=1)
+    timestamp: UtcDatetime = Field(default_factory=utc_now)
+    producer_id: str | None = Field(default=None, max_length=MAX_ID_LENGTH)
+    produced_for_id: str | None = Field(default=None, max_length=MAX_ID_LENGTH)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("content")
+    @classmethod
+    def _content_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("content must not be blank")
+        return value
+
+    @property
+    def speaker(self) -> str:
+        return self.producer_id or self.role.value
+
+
+class MessageState(StrEnum):
+    PENDING = "pending"  # stored, not yet in an episode
+    FORMING = "forming"  # assigned to an episode that is being written (write-ahead plan)
+    DONE = "done"  # its episode is stored and searchable
+
+
+class StoredMessage(Frozen):
+    """A message with its scope and processing state, as kept in the store."""
+
+    group_id: str
+    session_id: str
+    message: Message
+    state: MessageState = MessageState.PENDING
+    episode_id: str | None = None
+    boundary_reason: BoundaryReason | None = None
+    received_at: UtcDatetime = Field(default_factory=utc_now)
+    sequence: int = 0
+
+
+class Episode(Frozen):
+    """The memory unit: a titled, third-person account of one stretch of conversation."""
+
+    uuid: str = Field(default_factory=lambda: str(uuid_module.uuid4()))
+    episode_type: EpisodeType = EpisodeType.EPISODE
+    content_type: ContentType = ContentType.STRING
+    title: str = Field(min_length=1)
+    content: str = Field(min_length=1)
+    timestamp: UtcDatetime
+    created_at: UtcDatetime = Field(default_factory=utc_now)
+    group_id: ScopeId
+    session_id: ScopeId
+    producer_id: str | None = None
+    produced_for_id: str | None = None
+    user_metadata: dict[str, Any] = Field(default_factory=dict)
+    source_message_ids: tuple[str, ...] = ()
+    message_count: int = Field(ge=0)
+    boundary_reason: BoundaryReason
+    generation: GenerationMethod
+    summarised_by: str | None = None
+
+
+class MemoryContext(Frozen):
+    """Who a piece of memory belongs to; equal and hashed on group_id + session_id only."""
+
+    group_id: ScopeId
+    session_id: ScopeId
+    agent_ids: frozenset[str] = frozenset()
+    user_ids: frozenset[str] = frozenset()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemoryContext):
+            return NotImplemented
+        return (self.group_id, self.session_id) == (other.group_id, other.session_id)
+
+    def __hash__(self) -> int:
+        return hash((self.group_id, self.session_id))
+
+
+class SessionInfo(Frozen):
+    group_id: ScopeId
+    session_id: ScopeId
+    title: str | None = Field(default=None, max_length=1000)
+    agent_ids: tuple[str, ...] = ()
+    user_ids: tuple[str, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: UtcDatetime = Field(default_factory=utc_now)
+    updated_at: UtcDatetime = Field(default_factory=utc_now)
+
+
+class GroupConfiguration(Frozen):
+    group_id: ScopeId
+    description: str | None = Field(default=None, max_length=10_000)
+    agent_ids: tuple[str, ...] = ()
+    user_ids: tuple[str, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: UtcDatetime = Field(default_factory=utc_now)
+    updated_at: UtcDatetime = Field(default_factory=utc_now)
+
+
+class Segment(Frozen):
+    """A run of consecutive messages of one session that will become one episode."""
+
+    messages: tuple[Message, ...] = Field(min_length=1)
+    boundary_reason: BoundaryReason
+    topic: str | None = None
+
+    @property
+    def message_ids(self) -> tuple[str, ...]:
+        return tuple(message.id for message in self.messages)
+
+    @property
+    def earliest(self) -> datetime:
+        return min(message.timestamp for message in self.messages)

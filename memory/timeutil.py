@@ -1,0 +1,72 @@
+"""Timestamps: everything inside epimem is timezone-aware UTC."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from dateutil import parser as date_parser
+
+from memory.errors import InvalidInputError
+
+# Epoch numbers above this are read as milliseconds (year 2286 in seconds).
+_MILLISECONDS_THRESHOLD = 10_000_000_000
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def to_utc(value: datetime) -> datetime:
+    """Naive datetimes are taken as UTC; aware ones are converted to UTC."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def parse_timestamp(value: object) -> datetime:
+    """Parse a timestamp given as datetime, epoch seconds/milliseconds or text in any common format.
+
+    Raises InvalidInputError with a message that names the value when it cannot be read.
+    """
+    if isinstance(value, datetime):
+        return to_utc(value)
+    if isinstance(value, bool):
+        raise InvalidInputError(f"timestamp must be a date/time, not a boolean: {value!r}")
+    if isinstance(value, int | float):
+        number = float(value)
+        if not math.isfinite(number):
+            raise InvalidInputError(f"timestamp is not a finite number: {value!r}")
+        if abs(number) > _MILLISECONDS_THRESHOLD:
+            number /= 1000.0
+        try:
+            return datetime.fromtimestamp(number, UTC)
+        except (OverflowError, OSError, ValueError) as error:
+            raise InvalidInputError(f"timestamp out of range: {value!r}") from error
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or len(text) > 100:
+            raise InvalidInputError(f"cannot read timestamp {value[:100]!r}")
+        try:
+            return to_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+        try:
+            return to_utc(date_parser.parse(text, fuzzy=False))
+        except (ValueError, OverflowError) as error:
+            raise InvalidInputError(f"cannot read timestamp {text!r}") from error
+    raise InvalidInputError(f"timestamp must be a string, number or datetime, not {type(value).__name__}")
+
+
+def to_epoch(value: datetime) -> float:
+    return to_utc(value).timestamp()
+
+
+def from_epoch(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def format_date(value: datetime) -> str:
+    """Human date used in episode text and context: '8 May 2023, 13:56 UTC'."""
+    value = to_utc(value)
+    return f"{value.day} {value:%B %Y}, {value:%H:%M} UTC"

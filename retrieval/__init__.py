@@ -1,0 +1,1 @@
+"""epimem's read path: search, timelines and context for prompts."""

@@ -1,0 +1,180 @@
+"""Natural-language time windows ("last week", "in March 2023", "2 days ago") resolved
+against a reference time in a timezone. Windows are half-open: [start, end)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from memory.errors import InvalidInputError
+
+_MONTHS = {
+    name: index
+    for index, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ],
+        start=1,
+    )
+    for name in names
+}
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "twelve": 12,
+}
+_UNIT = r"(day|week|month|year)s?"
+_COUNT = r"(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|twelve)"
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    start: datetime | None
+    end: datetime | None
+
+    def contains(self, moment: datetime) -> bool:
+        return (self.start is None or moment >= self.start) and (self.end is None or moment < self.end)
+
+
+def zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise InvalidInputError(f"unknown timezone {name!r}") from error
+
+
+def _day_start(moment: datetime) -> datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _month_start(year: int, month: int, tz: ZoneInfo) -> datetime:
+    year += (month - 1) // 12
+    month = (month - 1) % 12 + 1
+    return datetime(year, month, 1, tzinfo=tz)
+
+
+def _count(raw: str) -> int:
+    return int(raw) if raw.isdigit() else _NUMBERS[raw]
+
+
+def _shift(moment: datetime, unit: str, amount: int) -> datetime:
+    if unit == "day":
+        return moment + timedelta(days=amount)
+    if unit == "week":
+        return moment + timedelta(weeks=amount)
+    if unit == "month":
+        start = _month_start(moment.year, moment.month + amount, moment.tzinfo)  # type: ignore[arg-type]
+        return moment.replace(year=start.year, month=start.month, day=min(moment.day, 28))
+    return moment.replace(year=moment.year + amount, day=min(moment.day, 28))
+
+
+def _unit_window(now: datetime, unit: str, offset: int) -> tuple[datetime, datetime]:
+    """The calendar day/week/month/year ``offset`` units from the one containing ``now``."""
+    tz = now.tzinfo
+    if unit == "day":
+        start = _day_start(now) + timedelta(days=offset)
+        return start, start + timedelta(days=1)
+    if unit == "week":
+        start = _day_start(now) - timedelta(days=now.weekday()) + timedelta(weeks=offset)
+        return start, start + timedelta(weeks=1)
+    if unit == "month":
+        start = _month_start(now.year, now.month + offset, tz)  # type: ignore[arg-type]
+        return start, _month_start(start.year, start.month + 1, tz)  # type: ignore[arg-type]
+    start = datetime(now.year + offset, 1, 1, tzinfo=tz)
+    return start, datetime(now.year + offset + 1, 1, 1, tzinfo=tz)
+
+
+def parse_time_window(text: str, *, reference: datetime | None = None, timezone: str = "UTC") -> TimeWindow:
+    """Resolve a natural-language window. Raises InvalidInputError for text it cannot read."""
+    tz = zone(timezone)
+    now = (reference or datetime.now(UTC)).astimezone(tz)
+    phrase = " ".join(text.lower().replace(",", " ").split())
+    phrase = re.sub(r"^(in|during|on|from|over|within|for)\s+(the\s+)?", "", phrase)
+    window = _parse(phrase, now, tz)
+    if window is None:
+        raise InvalidInputError(
+            f"cannot read the time window {text!r}; try 'yesterday', 'last week', '3 days ago', "
+            "'past 2 weeks', 'in March 2023', '2023' or an ISO date"
+        )
+    start, end = window
+    return TimeWindow(start=start.astimezone(UTC) if start else None, end=end.astimezone(UTC) if end else None)
+
+
+def _parse(phrase: str, now: datetime, tz: ZoneInfo) -> tuple[datetime | None, datetime | None] | None:
+    fixed = {"today": ("day", 0), "yesterday": ("day", -1), "tomorrow": ("day", 1)}
+    if phrase in fixed:
+        return _unit_window(now, *fixed[phrase])
+    if match := re.fullmatch(r"(this|last|previous|next)\s+(day|week|month|year)", phrase):
+        offset = {"this": 0, "last": -1, "previous": -1, "next": 1}[match.group(1)]
+        return _unit_window(now, match.group(2), offset)
+    if match := re.fullmatch(rf"{_COUNT}\s+{_UNIT}\s+ago", phrase):
+        unit = match.group(2)
+        moment = _shift(now, unit, -_count(match.group(1)))
+        return (
+            _unit_window(moment, unit if unit != "year" else "year", 0)
+            if unit != "day"
+            else _unit_window(moment, "day", 0)
+        )
+    if match := re.fullmatch(rf"(?:the\s+)?(?:past|last)\s+{_COUNT}\s+{_UNIT}", phrase):
+        return _shift(now, match.group(2), -_count(match.group(1))), now
+    if match := re.fullmatch(r"(last\s+)?(" + "|".join(_WEEKDAYS) + r")", phrase):
+        target = _WEEKDAYS.index(match.group(2))
+        back = (now.weekday() - target) % 7 or 7
+        return _unit_window(now - timedelta(days=back), "day", 0)
+    if match := re.fullmatch(r"([a-z]+)\s+(\d{4})", phrase):
+        if match.group(1) in _MONTHS:
+            start = _month_start(int(match.group(2)), _MONTHS[match.group(1)], tz)
+            return start, _month_start(start.year, start.month + 1, tz)
+    if match := re.fullmatch(r"[a-z]+", phrase):
+        if phrase in _MONTHS:  # a bare month: its latest occurrence not after now
+            year = now.year if _MONTHS[phrase] <= now.month else now.year - 1
+            start = _month_start(year, _MONTHS[phrase], tz)
+            return start, _month_start(start.year, start.month + 1, tz)
+    if match := re.fullmatch(r"(\d{4})", phrase):
+        return datetime(int(phrase), 1, 1, tzinfo=tz), datetime(int(phrase) + 1, 1, 1, tzinfo=tz)
+    if match := re.fullmatch(r"(\d{4})-(\d{2})", phrase):
+        start = _month_start(int(match.group(1)), int(match.group(2)), tz)
+        return start, _month_start(start.year, start.month + 1, tz)
+    if match := re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", phrase):
+        try:
+            start = datetime(int(match.group(1)), int(match.group(2)), int(match.group(3)), tzinfo=tz)
+        except ValueError:
+            return None
+        return start, start + timedelta(days=1)
+    if match := re.fullmatch(r"(\d{1,2})\s+([a-z]+)\s+(\d{4})|([a-z]+)\s+(\d{1,2})\s+(\d{4})", phrase):
+        day_text, month, year_text = (
+            (match.group(1), match.group(2), match.group(3))
+            if match.group(1)
+            else (match.group(5), match.group(4), match.group(6))
+        )
+        if month in _MONTHS:
+            try:
+                start = datetime(int(year_text), _MONTHS[month], int(day_text), tzinfo=tz)
+            except ValueError:
+                return None
+            return start, start + timedelta(days=1)
+    return None

@@ -1,0 +1,99 @@
+"""What the read path takes and returns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory.models import Episode, Message, ScopeId, UtcDatetime
+
+MAX_K = 200
+MAX_TIMELINE_LIMIT = 500
+MAX_TOKEN_BUDGET = 100_000
+
+
+class Order(StrEnum):
+    RELEVANCE = "relevance"
+    CHRONOLOGICAL = "chronological"
+
+
+class Direction(StrEnum):
+    ASC = "asc"
+    DESC = "desc"
+
+
+class Scope(BaseModel):
+    """Which part of a group to read: sessions and a time window (absolute and/or natural language)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_ids: list[ScopeId] | None = Field(default=None, max_length=1000)
+    start: UtcDatetime | None = None
+    end: UtcDatetime | None = None
+    time: str | None = Field(default=None, max_length=200, description="e.g. 'last week', 'in March 2023'")
+    reference_time: UtcDatetime | None = Field(default=None, description="what 'now' means for `time`")
+    timezone: str = Field(default="UTC", max_length=64)
+
+
+class SearchQuery(Scope):
+    query: str = Field(min_length=1, max_length=10_000)
+    k: int = Field(default=10, ge=1, le=MAX_K)
+    order: Order = Order.RELEVANCE
+    expand: bool = False
+    recency_weight: float = Field(default=0.0, ge=0.0, le=1.0)
+    recency_half_life_days: float = Field(default=30.0, gt=0)
+
+
+class ContextQuery(Scope):
+    query: str = Field(min_length=1, max_length=10_000)
+    token_budget: int = Field(default=1000, ge=16, le=MAX_TOKEN_BUDGET)
+    recency_weight: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class ScoreComponents(BaseModel):
+    vector: float = Field(description="best cosine similarity of the episode or one of its messages")
+    keyword: float = Field(description="best BM25 score of the episode or one of its messages")
+    fused: float = Field(description="reciprocal-rank fusion of the two rankings")
+    recency: float = Field(default=1.0, description="multiplier from recency weighting")
+
+
+class SearchHit(BaseModel):
+    episode: Episode
+    score: float
+    components: ScoreComponents
+    matched_message_ids: list[str] = Field(default_factory=list)
+    messages: list[Message] | None = None
+
+
+class TimelinePage(BaseModel):
+    episodes: list[Episode]
+    next_cursor: str | None = None
+
+
+class Citation(BaseModel):
+    episode_id: str
+    session_id: str
+    timestamp: datetime
+    message_ids: list[str]
+
+
+class ContextResult(BaseModel):
+    text: str
+    citations: list[Citation]
+    tokens: int
+
+
+__all__ = [
+    "Citation",
+    "ContextQuery",
+    "ContextResult",
+    "Direction",
+    "Order",
+    "Scope",
+    "ScoreComponents",
+    "SearchHit",
+    "SearchQuery",
+    "TimelinePage",
+]
