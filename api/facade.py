@@ -15,6 +15,7 @@ from typing import Any
 from memory.embedding import SentenceTransformerEmbedder
 from memory.errors import NotFoundError
 from memory.generation import EpisodeGenerator, OfflineEpisodeGenerator
+from memory.importers import LocomoSample
 from memory.ingestion import AddReceipt, Ingestor
 from memory.models import (
     BoundaryReason,
@@ -141,6 +142,13 @@ class Epimem:
         _scope_ids(group_id)
         sessions = [(group_id, info.session_id) for info in self.store.list_sessions(group_id)]
         return self.ingestor.form(sessions, close_tail=True)
+
+    def ingest_locomo(self, sample: LocomoSample, *, group_id: str | None = None) -> list[Episode]:
+        """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
+        group_id = group_id or sample.sample_id
+        for session_id, messages in sample.sessions.items():
+            self.ingestor.add_messages(group_id, session_id, messages)
+        return self.ingestor.form([(group_id, s) for s in sample.sessions], close_tail=True)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self.worker.wait_idle(timeout) if self.worker is not None else True

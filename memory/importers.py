@@ -1,0 +1,130 @@
+"""Readers for conversation files: LoCoMo samples and JSON Lines of messages.
+
+Both yield (group_id, session_id, [Message, ...]) batches in event-time order, so any surface
+(facade, CLI, benchmarks, notebooks) ingests them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from memory.errors import InvalidInputError
+from memory.models import Message
+from memory.timeutil import parse_timestamp
+
+# LoCoMo gives one date per session; turns are spaced this far apart so they keep their order.
+LOCOMO_TURN_SPACING = timedelta(seconds=30)
+_DIA_ID = re.compile(r"D(\d+):(\d+)")
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    answer: str
+    evidence: tuple[str, ...]
+    category: int
+
+
+@dataclass
+class LocomoSample:
+    sample_id: str
+    speakers: tuple[str, str]
+    sessions: dict[str, list[Message]] = field(default_factory=dict)
+    questions: list[Question] = field(default_factory=list)
+
+    @property
+    def messages(self) -> list[Message]:
+        return [message for messages in self.sessions.values() for message in messages]
+
+
+def normalise_evidence(raw: list[Any]) -> tuple[str, ...]:
+    """'D8:6; D9:17' -> ('D8:6', 'D9:17'); 'D30:05' -> 'D30:5'. Unreadable entries are skipped."""
+    found: list[str] = []
+    for item in raw:
+        for session, turn in _DIA_ID.findall(str(item)):
+            dia_id = f"D{int(session)}:{int(turn)}"
+            if dia_id not in found:
+                found.append(dia_id)
+    return tuple(found)
+
+
+def read_locomo(path: str | Path) -> list[LocomoSample]:
+    """Each sample is one group; each LoCoMo session one session; message id = dia_id."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise InvalidInputError(f"cannot read LoCoMo file {path}: {error}") from error
+    if not isinstance(data, list):
+        raise InvalidInputError("a LoCoMo file holds a JSON list of samples")
+    return [_locomo_sample(item) for item in data]
+
+
+def _locomo_sample(item: dict[str, Any]) -> LocomoSample:
+    conversation = item["conversation"]
+    sample = LocomoSample(
+        sample_id=str(item["sample_id"]),
+        speakers=(str(conversation.get("speaker_a", "")), str(conversation.get("speaker_b", ""))),
+    )
+    session_numbers = sorted(
+        int(key.split("_")[1]) for key, value in conversation.items() if re.fullmatch(r"session_\d+", key) and value
+    )
+    for number in session_numbers:
+        turns = conversation[f"session_{number}"]
+        start = parse_timestamp(conversation[f"session_{number}_date_time"])
+        speakers = sample.speakers
+        messages = []
+        for index, turn in enumerate(turns):
+            speaker = str(turn["speaker"])
+            other = speakers[1] if speaker == speakers[0] else speakers[0]
+            metadata: dict[str, Any] = {}
+            if turn.get("blip_caption"):
+                metadata["image_caption"] = turn["blip_caption"]
+            messages.append(
+                Message(
+                    id=str(turn["dia_id"]),
+                    role="user",
+                    content=str(turn.get("text") or "").strip() or f"[shared an image: {turn.get('blip_caption', '')}]",
+                    timestamp=start + LOCOMO_TURN_SPACING * index,
+                    producer_id=speaker,
+                    produced_for_id=other,
+                    metadata=metadata,
+                )
+            )
+        sample.sessions[f"session_{number}"] = messages
+    for qa in item.get("qa", []):
+        answer = qa.get("answer", qa.get("adversarial_answer", ""))
+        sample.questions.append(
+            Question(
+                question=str(qa["question"]),
+                answer=str(answer),
+                evidence=normalise_evidence(qa.get("evidence", [])),
+                category=int(qa["category"]),
+            )
+        )
+    return sample
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[str, str, list[Message]]]:
+    """JSON Lines, one message per line, each with ``group_id``, ``session_id`` and the Message
+    fields. Yields one batch per (group, session) in file order; bad lines raise with their number."""
+    batches: dict[tuple[str, str], list[Message]] = defaultdict(list)
+    with Path(path).open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                group_id = str(record.pop("group_id"))
+                session_id = str(record.pop("session_id"))
+                batches[(group_id, session_id)].append(Message.model_validate(record))
+            except (json.JSONDecodeError, KeyError, ValueError, AttributeError) as error:
+                raise InvalidInputError(f"line {number} of {path}: {error}") from error
+    for (group_id, session_id), messages in batches.items():
+        yield group_id, session_id, messages
