@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memory.errors import InvalidInputError
-from memory.models import Message
+from memory.models import Message, Role
 from memory.timeutil import parse_timestamp
 
 # LoCoMo gives one date per session; turns are spaced this far apart so they keep their order.
@@ -89,7 +89,7 @@ def _locomo_sample(item: dict[str, Any]) -> LocomoSample:
             messages.append(
                 Message(
                     id=str(turn["dia_id"]),
-                    role="user",
+                    role=Role.USER,
                     content=str(turn.get("text") or "").strip() or f"[shared an image: {turn.get('blip_caption', '')}]",
                     timestamp=start + LOCOMO_TURN_SPACING * index,
                     producer_id=speaker,
