@@ -14,7 +14,7 @@ from typing import Any
 
 from memory.embedding import SentenceTransformerEmbedder
 from memory.errors import NotFoundError
-from memory.generation import EpisodeGenerator, OfflineEpisodeGenerator
+from memory.generation import EpisodeGenerator, GeneratorStats, OfflineEpisodeGenerator
 from memory.importers import LocomoSample
 from memory.ingestion import AddReceipt, Ingestor
 from memory.models import (
@@ -58,6 +58,7 @@ class Epimem:
         background: bool = True,
     ) -> None:
         self.settings = settings
+        self.generator = generator
         self.store = store
         self.embedder = embedder
         policy = SegmentationPolicy(
@@ -149,6 +150,9 @@ class Epimem:
         for session_id, messages in sample.sessions.items():
             self.ingestor.add_messages(group_id, session_id, messages)
         return self.ingestor.form([(group_id, s) for s in sample.sessions], close_tail=True)
+
+    def generator_stats(self) -> GeneratorStats:
+        return self.generator.stats()
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self.worker.wait_idle(timeout) if self.worker is not None else True
