@@ -8,15 +8,21 @@ memory.add_messages("team", "chat-1", [{"id": "1", "content": "...", "producer_i
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
+from memory.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
 from memory.embedding import SentenceTransformerEmbedder
-from memory.errors import NotFoundError
+from memory.errors import InvalidInputError, NotFoundError
 from memory.generation import EpisodeGenerator, GeneratorStats, OfflineEpisodeGenerator
 from memory.importers import LocomoSample
 from memory.ingestion import AddReceipt, Ingestor
+from memory.lifecycle import GroupGate, Lifecycle, Progress, ReembedReport
+from memory.llm import LLMClient
+from memory.llm_generator import LLMEpisodeGenerator
+from memory.llm_segmenter import LLMSegmenter
 from memory.models import (
     BoundaryReason,
     Episode,
@@ -26,9 +32,13 @@ from memory.models import (
     SessionInfo,
     check_scope_id,
 )
-from memory.segmentation import SegmentationPolicy
+from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.settings import Settings
 from memory.store import ChromaStore, DeletionReceipt, episode_from_record, open_client
+from memory.summaries import GROUP_SUMMARY_SESSION, Summariser
+from memory.timeutil import to_utc, utc_now
+from memory.transfer import ImportReceipt, import_group, read_export
+from memory.transfer import export_group as export_lines
 from memory.worker import FormationWorker
 from retrieval.context import ContextBuilder
 from retrieval.search import Searcher
@@ -42,7 +52,19 @@ MessageInput = Message | Mapping[str, Any]
 
 def _scope_ids(*ids: str) -> None:
     for value in ids:
-        check_scope_id(value)
+        try:
+            check_scope_id(value)
+        except ValueError as error:  # a plain ValueError from the model validator: make it a 422
+            raise InvalidInputError(f"invalid group or session id: {error}") from error
+
+
+def _not_reserved(session_id: str) -> None:
+    if session_id == GROUP_SUMMARY_SESSION:
+        raise InvalidInputError(f"session id {GROUP_SUMMARY_SESSION!r} is reserved for group summaries")
+
+
+MAX_HISTORY_LIMIT = 1000
+MAX_SUMMARY_DAYS = 36_600
 
 
 class Epimem:
@@ -56,6 +78,7 @@ class Epimem:
         embedder: SentenceTransformerEmbedder,
         generator: EpisodeGenerator,
         background: bool = True,
+        coordinator: Coordinator | None = None,
     ) -> None:
         self.settings = settings
         self.generator = generator
@@ -74,10 +97,23 @@ class Epimem:
             generator=generator,
             policy=policy,
             auto_flush_pending=settings.auto_flush_pending,
+            coordinator=coordinator,
+            segmenter=build_segmenter(settings, policy, generator),
+            generation_concurrency=settings.llm_concurrency if isinstance(generator, LLMEpisodeGenerator) else 1,
         )
+        self.coordinator = coordinator
         self.searcher = Searcher(store=store, embedder=embedder)
         self.context_builder = ContextBuilder(searcher=self.searcher, count_tokens=embedder.count_tokens)
-        self.worker = FormationWorker(self.ingestor) if background else None
+        # Lifecycle operations hold a group exclusively; adds hold it shared (memory.lifecycle).
+        self.gate = GroupGate()
+        self.summariser = Summariser(
+            store=store, embedder=embedder, generator=generator if settings.llm_configured else None
+        )
+        self.lifecycle = Lifecycle(store=store, embedder=embedder, generator=generator, summariser=self.summariser)
+        scan = settings.formation_scan_interval_s
+        if scan is None:
+            scan = 60.0 if settings.chroma_host else 0.0
+        self.worker = FormationWorker(self.ingestor, scan_interval_s=scan) if background else None
 
     @classmethod
     def from_settings(
@@ -100,6 +136,7 @@ class Epimem:
             model=settings.embedding_model,
             device=settings.embedding_device,
             backend=settings.embedding_backend,
+            onnx_dir=settings.data_dir / "models",
             batch_size=settings.embedding_batch_size,
             cache_size=settings.embedding_cache_size,
         )
@@ -108,15 +145,25 @@ class Epimem:
             host=settings.chroma_host,
             port=settings.chroma_port,
             ssl=settings.chroma_ssl,
-            cache_bytes=settings.chroma_cache_bytes,
+            hnsw_cache=settings.chroma_hnsw_cache,
+            timeout_s=settings.chroma_timeout_s,
         )
-        store = ChromaStore(client=client, model_id=embedder.model_id)
+        store = ChromaStore(client=client, model_id=embedder.model_id, max_open=settings.chroma_max_open)
         generator = build_generator(settings)
-        return cls(settings=settings, store=store, embedder=embedder, generator=generator, background=background)
+        return cls(
+            settings=settings,
+            store=store,
+            embedder=embedder,
+            generator=generator,
+            background=background,
+            coordinator=build_coordinator(settings, store),
+        )
 
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
+        if isinstance(self.coordinator, LeaseCoordinator):
+            self.coordinator.close()
 
     # -- write ---------------------------------------------------------------------------------
 
@@ -124,8 +171,10 @@ class Epimem:
         """Store messages durably (idempotent by id); episodes form in the background once enough
         messages are pending, or on ``flush``."""
         _scope_ids(group_id, session_id)
+        _not_reserved(session_id)
         parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
-        receipt = self.ingestor.add_messages(group_id, session_id, parsed)
+        with self.gate.shared(group_id):
+            receipt = self.ingestor.add_messages(group_id, session_id, parsed)
         if self.ingestor.needs_formation(receipt):
             if self.worker is not None:
                 self.worker.submit(group_id, session_id)
@@ -148,7 +197,8 @@ class Epimem:
         """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
         group_id = group_id or sample.sample_id
         for session_id, messages in sample.sessions.items():
-            self.ingestor.add_messages(group_id, session_id, messages)
+            with self.gate.shared(group_id):
+                self.ingestor.add_messages(group_id, session_id, messages)
         return self.ingestor.form([(group_id, s) for s in sample.sessions], close_tail=True)
 
     def generator_stats(self) -> GeneratorStats:
@@ -158,6 +208,10 @@ class Epimem:
         return self.worker.wait_idle(timeout) if self.worker is not None else True
 
     def recover(self) -> list[Episode]:
+        """Finish what a crash interrupted: summary runs are rolled back, episodes are formed."""
+        for group_id in self.store.list_groups():
+            if self.summariser.rollback_unfinished(group_id):
+                self.searcher.forget_group(group_id)
         return self.ingestor.recover()
 
     # -- read ----------------------------------------------------------------------------------
@@ -209,6 +263,8 @@ class Epimem:
     def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
         """The session's messages in event-time order, paged. Always scoped to one session."""
         _scope_ids(group_id, session_id)
+        if not 1 <= limit <= MAX_HISTORY_LIMIT or offset < 0:
+            raise InvalidInputError(f"history needs 1 <= limit <= {MAX_HISTORY_LIMIT} and offset >= 0")
         stored = self.store.list_messages(group_id, session_id)
         return [s.message for s in stored[offset : offset + limit]]
 
@@ -248,24 +304,165 @@ class Epimem:
         return self.store.list_sessions(group_id)
 
     def delete_session(self, group_id: str, session_id: str) -> DeletionReceipt:
+        """The session's partition, messages and records; group summaries citing it are rebuilt
+        from what remains (or removed). ``GROUP_SUMMARY_SESSION`` deletes every group summary."""
         _scope_ids(group_id, session_id)
-        with self.ingestor.session_lock(group_id, session_id):
-            receipt = self.store.delete_session(group_id, session_id)
-        self.searcher.forget_group(group_id)
-        return receipt
+        with self.gate.exclusive(group_id):
+            with self._hold(group_id, [session_id]):
+                receipt = self.lifecycle.delete_session(group_id, session_id)
+            self.lifecycle.purge_lease_residue(group_id, [session_id], group_deleted=False)
+        return self._cleared(group_id, receipt)
 
     def delete_group(self, group_id: str) -> DeletionReceipt:
+        """Everything of the group, in every collection. Idempotent; see memory.lifecycle for what
+        happens to adds that run at the same time."""
         _scope_ids(group_id)
-        sessions = [info.session_id for info in self.store.list_sessions(group_id)]
-        receipt = self.store.delete_group(group_id)
-        self.searcher.forget_group(group_id)
+        with self.gate.exclusive(group_id):
+            sessions = [info.session_id for info in self.store.list_sessions(group_id)]
+            with self._hold(group_id, sessions):
+                receipt = self.lifecycle.delete_group(group_id)
+            self.lifecycle.purge_lease_residue(group_id, sessions, group_deleted=True)
         log.info("deleted a group with %d sessions", len(sessions))
+        return self._cleared(group_id, receipt)
+
+    # -- lifecycle: summaries, deletion, export and import, model change ------------------------------
+
+    def generate_summaries(
+        self,
+        group_id: str,
+        *,
+        days_back: float,
+        max_memories_per_summary: int,
+        session_id: str | None = None,
+        reference_time: datetime | None = None,
+    ) -> list[Episode]:
+        """Summaries of the episodes of the last ``days_back`` days (before ``reference_time``, default
+        now) not yet summarised, at most ``max_memories_per_summary`` episodes each; the sources are
+        marked ``summarised_by`` in the same all-or-nothing operation and never deleted.
+        ``session_id`` None = group-wide summaries (kept in ``GROUP_SUMMARY_SESSION``)."""
+        _scope_ids(group_id)
+        if session_id is not None:
+            _scope_ids(session_id)
+            _not_reserved(session_id)
+        if not (isinstance(days_back, int | float) and 0 < days_back <= MAX_SUMMARY_DAYS):
+            raise InvalidInputError(f"days_back must be a number of days in (0, {MAX_SUMMARY_DAYS}]")
+        end = to_utc(reference_time) if reference_time is not None else utc_now()
+        start = end - timedelta(days=float(days_back))
+        with self.gate.exclusive(group_id):
+            sessions = [session_id] if session_id else [i.session_id for i in self.store.list_sessions(group_id)]
+            with self._hold(group_id, sessions):
+                self.summariser.rollback_unfinished(group_id)
+                planned = self.summariser.plan(group_id, session_id, start, end, max_memories_per_summary)
+                summaries = self.summariser.write(group_id, planned)
+        self.searcher.forget_group(group_id)
+        return summaries
+
+    def summary_sources(self, group_id: str, summary: Episode) -> list[Episode]:
+        """The episodes a summary compacts, in time order (expand further with ``episode_messages``)."""
+        _scope_ids(group_id)
+        found = self.searcher.load_episodes(group_id, list(summary.source_episode_ids))
+        return sorted(found.values(), key=lambda e: (e.timestamp, e.uuid))
+
+    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+        """The message (log and vectors); its episode is regenerated from the remaining messages
+        with the same generator, or deleted when none remain; summaries citing it are rebuilt."""
+        _scope_ids(group_id, session_id)
+        with self.gate.exclusive(group_id), self._hold(group_id, [session_id]):
+            receipt = self.lifecycle.delete_message(group_id, session_id, message_id)
+        return self._cleared(group_id, receipt)
+
+    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+        """An episode with the messages it was made of (summaries citing it are rebuilt), or a
+        summary alone (its sources stay and lose their ``summarised_by`` mark)."""
+        _scope_ids(group_id, session_id)
+        with self.gate.exclusive(group_id), self._hold(group_id, [session_id]):
+            receipt = self.lifecycle.delete_episode(group_id, session_id, episode_id)
+        return self._cleared(group_id, receipt)
+
+    def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
+        """The group as epimem JSON Lines (format in memory.transfer); each line ends with a newline."""
+        _scope_ids(group_id)
+        if not self.store.group_exists(group_id) and not self.store.list_sessions(group_id):
+            raise NotFoundError("group not found")
+        return export_lines(self.store, group_id, include_embeddings=include_embeddings)
+
+    def import_group(self, lines: Iterable[str], *, group_id: str | None = None) -> ImportReceipt:
+        """Restore an export (into ``group_id``, default the exported group). The whole file is checked
+        before anything is written; embeddings of another model are rebuilt; importing twice is a no-op."""
+        if group_id is not None:
+            _scope_ids(group_id)
+        contents = read_export(lines)
+        target = group_id or contents.group_id
+        with self.gate.exclusive(target), self._hold(target, contents.session_ids):
+            receipt = import_group(self.store, self.embedder, contents, group_id=target)
+        self.searcher.forget_group(target)
         return receipt
+
+    def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
+        """Rebuild the vectors of one group (or all) from the stored text with the configured model
+        and record it; ``progress(done, total)`` is called as vectors are embedded."""
+        if group_id is not None:
+            _scope_ids(group_id)
+        groups = (
+            [group_id]
+            if group_id is not None
+            else sorted({str(m["group_id"]) for _, m in self.store.epimem_collections() if "group_id" in m})
+        )
+        with ExitStack() as stack:
+            for group in groups:
+                stack.enter_context(self.gate.exclusive(group))
+            report = self.lifecycle.reembed(group_id, progress)
+        for group in groups:
+            self.searcher.forget_group(group)
+        return report
+
+    @contextmanager
+    def _hold(self, group_id: str, session_ids: Iterable[str]) -> Iterator[None]:
+        """The sessions' formation locks, in a fixed order (formation takes them the same way)."""
+        with ExitStack() as stack:
+            for session_id in sorted(set(session_ids)):
+                stack.enter_context(self.ingestor.session_lock(group_id, session_id))
+            yield
+
+    def _cleared(self, group_id: str, receipt: DeletionReceipt) -> DeletionReceipt:
+        self.searcher.forget_group(group_id)
+        receipt.caches.append("keyword-index")
+        if receipt.collections:
+            receipt.caches.append("collection-handles")
+        return receipt
+
+
+def build_coordinator(settings: Settings, store: ChromaStore) -> Coordinator:
+    """Leases in the shared Chroma when several servers may write the same sessions."""
+    use_lease = settings.coordination == "lease" or (settings.coordination == "auto" and bool(settings.chroma_host))
+    if not use_lease:
+        return LocalCoordinator()
+    return LeaseCoordinator(store, node_id=settings.node_id, ttl_s=settings.lease_ttl_s, wait_s=settings.lease_wait_s)
 
 
 def build_generator(settings: Settings) -> EpisodeGenerator:
-    """Offline unless an LLM endpoint or key is configured."""
-    return OfflineEpisodeGenerator()
+    """Offline unless an LLM endpoint or key is configured; then the LLM, with offline fallback."""
+    if not settings.llm_configured:
+        return OfflineEpisodeGenerator()
+    client = LLMClient(
+        model=settings.llm_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        concurrency=settings.llm_concurrency,
+        backoff_s=settings.llm_retry_backoff_s,
+        max_tokens=settings.llm_max_tokens,
+    )
+    return LLMEpisodeGenerator(client, timestamp_margin=timedelta(days=settings.llm_timestamp_margin_days))
+
+
+def build_segmenter(settings: Settings, policy: SegmentationPolicy, generator: EpisodeGenerator) -> Segmenter:
+    """The LLM segmenter (sharing the generator's client and its concurrency limit) when an LLM
+    generator is in use and LLM segmentation is on; the heuristic segmenter otherwise."""
+    if settings.llm_segmentation and isinstance(generator, LLMEpisodeGenerator):
+        return LLMSegmenter(generator.client, policy=policy, window=settings.llm_segmenter_window)
+    return HeuristicSegmenter(policy)
 
 
 def as_messages(items: Sequence[MessageInput]) -> list[Message]:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from memory.errors import ModelNotFoundError
 
 BUNDLED_MODEL_NAME = "all-MiniLM-L6-v2"
+Backend = Literal["torch", "onnx", "onnx-int8"]
 
 
 class Embedder(Protocol):
@@ -51,9 +53,10 @@ class SentenceTransformerEmbedder:
         *,
         model: str | None = None,
         device: str = "auto",
-        backend: Literal["torch", "onnx", "openvino"] = "torch",
+        backend: Backend = "torch",
         batch_size: int = 64,
         cache_size: int = 4096,
+        onnx_dir: Path | None = None,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -70,9 +73,11 @@ class SentenceTransformerEmbedder:
                     f"embedding model {model!r} is not a local folder; epimem never downloads weights. "
                     "Install the model locally and set EPIMEM_EMBEDDING_MODEL to its path."
                 )
+        onnx = backend != "torch"
         try:
+            # The ONNX backends run only the transformer in onnxruntime; tokenizer and pooling stay here.
             self._model = SentenceTransformer(
-                str(path), device=resolve_device(device), backend=backend, local_files_only=True
+                str(path), device="cpu" if onnx else resolve_device(device), local_files_only=True
             )
         except (OSError, ValueError) as error:
             raise ModelNotFoundError(f"cannot load embedding model from {path}: {error}") from error
@@ -83,6 +88,13 @@ class SentenceTransformerEmbedder:
             raise ModelNotFoundError(f"embedding model {name!r} does not report its dimension")
         self._dimension = int(dimension)
         self._fingerprint = _fingerprint(path)
+        self.backend = backend
+        self._onnx: OnnxEncoder | None = None
+        if onnx:
+            folder = (
+                onnx_dir or Path.home() / ".cache" / "epimem" / "onnx"
+            ) / f"{name.replace('/', '_')}-{self._fingerprint}"
+            self._onnx = OnnxEncoder(self._model, folder=folder, quantized=backend == "onnx-int8")
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -90,8 +102,12 @@ class SentenceTransformerEmbedder:
 
     @property
     def model_id(self) -> str:
-        """Name, dimension and a fingerprint of the weights: what a partition records."""
-        return f"{self._name}:{self._dimension}:{self._fingerprint}"
+        """Name, dimension and a fingerprint of the weights: what a partition records.
+
+        ONNX float32 gives the same vectors as PyTorch (cosine > 0.9999), so it shares the id;
+        int8 weights give other vectors, so they get their own id."""
+        suffix = ":int8" if self.backend == "onnx-int8" else ""
+        return f"{self._name}:{self._dimension}:{self._fingerprint}{suffix}"
 
     @property
     def dimension(self) -> int:
@@ -105,6 +121,8 @@ class SentenceTransformerEmbedder:
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
         self.texts_embedded += len(texts)
+        if self._onnx is not None:
+            return self._onnx.encode(list(texts), batch_size=self._batch_size)
         vectors = self._model.encode(
             list(texts),
             batch_size=self._batch_size,
@@ -143,3 +161,105 @@ def _fingerprint(path: Path) -> str:
     for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
         digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
     return digest.hexdigest()[:12]
+
+
+class OnnxEncoder:
+    """The model's transformer in onnxruntime; tokenisation, pooling and normalisation are the
+    sentence-transformers modules themselves, so any pooling configuration is honoured.
+
+    The ONNX file is exported once from the local weights (torch.onnx, no download) into
+    ``folder``; ``quantized`` adds dynamic int8 quantisation of the weights (onnxruntime).
+    sentence-transformers' own ONNX backend needs optimum-onnx, which requires transformers < 4.58.
+    """
+
+    INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+    def __init__(self, model: Any, *, folder: Path, quantized: bool = False) -> None:
+        import onnxruntime
+
+        self._model = model
+        path = folder / ("model-int8.onnx" if quantized else "model.onnx")
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            with _EXPORT_LOCK:
+                if not path.exists():
+                    plain = folder / "model.onnx"
+                    if not plain.exists():
+                        _export(model, plain)
+                    if quantized:
+                        _quantize(plain, path)
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._inputs = {item.name for item in self._session.get_inputs()}
+        self.path = path
+
+    def encode(self, texts: list[str], *, batch_size: int) -> np.ndarray:
+        import torch
+
+        # Longest first, like sentence-transformers: batches of similar length pad little.
+        order = np.argsort([-len(text) for text in texts], kind="stable")
+        out = np.zeros((len(texts), self._model.get_embedding_dimension()), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            chosen = order[start : start + batch_size]
+            features = self._model.preprocess([texts[i] for i in chosen])
+            feed = {name: features[name].numpy() for name in self.INPUTS if name in self._inputs and name in features}
+            (hidden,) = self._session.run(["last_hidden_state"], feed)
+            features["token_embeddings"] = torch.from_numpy(hidden)
+            with torch.inference_mode():
+                for module in list(self._model)[1:]:  # pooling, normalisation, ...
+                    features = module(features)
+            vectors = features["sentence_embedding"].numpy()
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            out[chosen] = vectors / np.maximum(norms, 1e-12)
+        return out
+
+
+_EXPORT_LOCK = threading.Lock()
+
+
+def _export(model: Any, path: Path) -> None:
+    import torch
+
+    transformer = model[0].auto_model
+    transformer.config._attn_implementation = "eager"  # traces without data-dependent branches
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = transformer
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            output = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return output.last_hidden_state
+
+    sample = model.preprocess(["an example sentence", "and another, longer example sentence"])
+    names = [*OnnxEncoder.INPUTS, "last_hidden_state"]
+    temporary = path.with_suffix(".tmp")
+    with warnings.catch_warnings():  # the tracer's notes on shapes it records as constants
+        warnings.simplefilter("ignore")
+        _export_graph(LastHidden().eval(), sample, temporary, names)
+    temporary.replace(path)  # never leave a half-written model behind
+
+
+def _export_graph(module: Any, sample: Any, temporary: Path, names: list[str]) -> None:
+    import torch
+
+    torch.onnx.export(
+        module,
+        tuple(sample[name] for name in OnnxEncoder.INPUTS),
+        str(temporary),
+        input_names=list(OnnxEncoder.INPUTS),
+        output_names=["last_hidden_state"],
+        dynamic_axes={name: {0: "batch", 1: "tokens"} for name in names},
+        opset_version=17,
+        dynamo=False,
+    )
+
+
+def _quantize(source: Path, path: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    temporary = path.with_suffix(".tmp")
+    quantize_dynamic(str(source), str(temporary), weight_type=QuantType.QInt8)
+    temporary.replace(path)

@@ -1,16 +1,29 @@
-"""The episode-generation seam and the offline generator that needs no LLM."""
+"""The episode-generation seam: the protocol, the offline generator, validation and batch generation."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Protocol
 
-from memory.models import Episode, Segment
+from pydantic import ValidationError
+
+from memory.errors import EpimemError
+from memory.models import Episode, GenerationMethod, Segment
 from memory.offline import generate_offline_episode
+from memory.timeutil import utc_now
+
+log = logging.getLogger("epimem.generation")
 
 _EPISODE_NAMESPACE = uuid.UUID("6f1d8c1e-5b7a-4c1e-9a53-2f0d3e4b7a10")
+
+# Clocks of message producers are not perfect: a timestamp this far in the future is still accepted.
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 def episode_id_for(group_id: str, session_id: str, message_ids: Sequence[str]) -> str:
@@ -22,7 +35,12 @@ def episode_id_for(group_id: str, session_id: str, message_ids: Sequence[str]) -
 
 @dataclass
 class GeneratorStats:
-    """What a generator has done since start (exported as metrics)."""
+    """What a generator has done since start (exported as metrics).
+
+    ``calls`` counts logical LLM requests (one per episode), ``retries`` the extra attempts
+    on top; ``fallbacks`` the episodes built offline because the LLM failed, ``errors`` the
+    failures by kind; ``repairs`` the LLM answers that were fixed up rather than rejected.
+    """
 
     model: str
     episodes: int = 0
@@ -32,6 +50,13 @@ class GeneratorStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_seconds: float = 0.0
+    repairs: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    prompt_version: str | None = None
+
+    @property
+    def mean_latency_seconds(self) -> float:
+        return self.latency_seconds / self.calls if self.calls else 0.0
 
 
 class EpisodeGenerator(Protocol):
@@ -47,10 +72,121 @@ class OfflineEpisodeGenerator:
 
     def __init__(self) -> None:
         self._stats = GeneratorStats(model="offline")
+        self._lock = threading.Lock()
 
     def generate(self, segment: Segment, *, group_id: str, session_id: str, episode_id: str) -> Episode:
-        self._stats.episodes += 1
-        return generate_offline_episode(segment, group_id=group_id, session_id=session_id, episode_id=episode_id)
+        episode = generate_offline_episode(segment, group_id=group_id, session_id=session_id, episode_id=episode_id)
+        with self._lock:
+            self._stats.episodes += 1
+        return episode
 
     def stats(self) -> GeneratorStats:
-        return self._stats
+        with self._lock:
+            return replace(self._stats, errors=dict(self._stats.errors))
+
+
+def get_generator_stats(generator: EpisodeGenerator) -> GeneratorStats:
+    """A snapshot: model, episodes, calls, fallbacks, retries, tokens, latency."""
+    return generator.stats()
+
+
+def validate_episode(
+    episode: Episode,
+    segment: Segment,
+    *,
+    episode_id: str | None = None,
+    group_id: str | None = None,
+    session_id: str | None = None,
+    timestamp_margin: timedelta | None = timedelta(days=30),
+) -> list[str]:
+    """What is inconsistent between an episode and the segment it was made from; empty = valid.
+
+    Checks ids and scope, that the sources are exactly the segment's messages in order, the
+    count, non-blank text, and a timezone-aware timestamp that is neither in the future nor
+    earlier than the segment's first message by more than ``timestamp_margin`` (None: no lower bound).
+    """
+    problems: list[str] = []
+    if episode_id is not None and episode.uuid != episode_id:
+        problems.append(f"uuid {episode.uuid!r} is not the planned id {episode_id!r}")
+    if group_id is not None and episode.group_id != group_id:
+        problems.append("group_id differs from the segment's group")
+    if session_id is not None and episode.session_id != session_id:
+        problems.append("session_id differs from the segment's session")
+    if tuple(episode.source_message_ids) != segment.message_ids:
+        problems.append("source_message_ids are not the segment's messages in order")
+    if episode.message_count != len(segment.messages) or episode.message_count != len(episode.source_message_ids):
+        problems.append(f"message_count {episode.message_count} does not match {len(segment.messages)} messages")
+    if not episode.title.strip():
+        problems.append("title is blank")
+    if not episode.content.strip():
+        problems.append("content is blank")
+    if episode.timestamp.tzinfo is None or episode.timestamp.utcoffset() != timedelta(0):
+        problems.append("timestamp is not UTC")
+    elif episode.timestamp > utc_now() + CLOCK_SKEW and episode.timestamp > segment.earliest:
+        problems.append("timestamp is in the future")
+    elif timestamp_margin is not None and episode.timestamp < segment.earliest - timestamp_margin:
+        problems.append("timestamp is implausibly earlier than the segment's first message")
+    if episode.boundary_reason is not segment.boundary_reason:
+        problems.append("boundary_reason differs from the segment's")
+    return problems
+
+
+@dataclass(frozen=True)
+class GenerationJob:
+    segment: Segment
+    group_id: str
+    session_id: str
+    episode_id: str
+
+
+def batch_generate_episodes(
+    generator: EpisodeGenerator,
+    jobs: Sequence[GenerationJob],
+    *,
+    concurrency: int = 1,
+    timestamp_margin: timedelta | None = None,
+) -> list[Episode]:
+    """One episode per job, in job order, up to ``concurrency`` at a time.
+
+    Each job is isolated: a generator that raises one of our typed errors or returns an
+    inconsistent episode gets that job replaced by an offline fallback episode; the other
+    jobs are unaffected. (LLM generators already fall back on LLM errors themselves.)
+    """
+    if not jobs:
+        return []
+
+    def run(job: GenerationJob) -> Episode:
+        try:
+            episode = generator.generate(
+                job.segment, group_id=job.group_id, session_id=job.session_id, episode_id=job.episode_id
+            )
+        except (EpimemError, ValidationError) as error:
+            log.warning("episode generation failed for one segment (%s); using a fallback episode", error)
+            return _fallback(job)
+        problems = validate_episode(
+            episode,
+            job.segment,
+            episode_id=job.episode_id,
+            group_id=job.group_id,
+            session_id=job.session_id,
+            timestamp_margin=timestamp_margin,
+        )
+        if problems:
+            log.warning("generated episode is inconsistent (%s); using a fallback episode", "; ".join(problems))
+            return _fallback(job)
+        return episode
+
+    if concurrency <= 1 or len(jobs) == 1:
+        return [run(job) for job in jobs]
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(jobs)), thread_name_prefix="epimem-gen") as pool:
+        return list(pool.map(run, jobs))
+
+
+def _fallback(job: GenerationJob) -> Episode:
+    return generate_offline_episode(
+        job.segment,
+        group_id=job.group_id,
+        session_id=job.session_id,
+        episode_id=job.episode_id,
+        method=GenerationMethod.FALLBACK,
+    )

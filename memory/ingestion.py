@@ -14,18 +14,18 @@ ones are segmented again.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from memory.coordination import Coordinator, LocalCoordinator
 from memory.embedding import Embedder
 from memory.errors import ConflictError, InvalidInputError
-from memory.generation import EpisodeGenerator, episode_id_for
+from memory.generation import EpisodeGenerator, GenerationJob, batch_generate_episodes, episode_id_for
 from memory.models import (
     BoundaryReason,
     Episode,
@@ -36,7 +36,7 @@ from memory.models import (
     SessionInfo,
     StoredMessage,
 )
-from memory.segmentation import SegmentationPolicy, split_messages
+from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.store import ChromaStore, VectorRecord, episode_metadata, message_record_id, message_vector_metadata
 from memory.timeutil import utc_now
 
@@ -89,21 +89,26 @@ class Ingestor:
         generator: EpisodeGenerator,
         policy: SegmentationPolicy,
         auto_flush_pending: int = 24,
+        coordinator: Coordinator | None = None,
+        segmenter: Segmenter | None = None,
+        generation_concurrency: int = 1,
     ) -> None:
         self._store = store
         self._embedder = embedder
         self._generator = generator
         self._policy = policy
+        self._segmenter: Segmenter = segmenter or HeuristicSegmenter(policy)
+        self._generation_concurrency = generation_concurrency
         self._auto_flush_pending = auto_flush_pending
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        # Formation and deletion are exclusive per session (across servers with a lease coordinator);
+        # adds only serialise among themselves, so a slow formation (LLM) never delays an add.
+        self._coordinator = coordinator or LocalCoordinator()
+        self._add_locks = LocalCoordinator()
         self.timings = StageTimings()
 
     @contextmanager
     def session_lock(self, group_id: str, session_id: str) -> Iterator[None]:
-        with self._locks_guard:
-            lock = self._locks.setdefault((group_id, session_id), threading.Lock())
-        with lock:
+        with self._coordinator.hold([(group_id, session_id)]):
             yield
 
     # -- messages in --------------------------------------------------------------------
@@ -116,7 +121,7 @@ class Ingestor:
             seen: set[str] = set()
             repeated = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
             raise InvalidInputError("message ids repeat within the batch", details={"ids": repeated[:20]})
-        with self.session_lock(group_id, session_id), self.timings.stage("store_messages"):
+        with self._add_locks.hold([(group_id, session_id)]), self.timings.stage("store_messages"):
             existing = self._store.get_messages(group_id, session_id, ids)
             conflicts = [m.id for m in messages if m.id in existing and not _same_message(existing[m.id].message, m)]
             if conflicts:
@@ -126,7 +131,8 @@ class Ingestor:
                 self._store.put_session_info(SessionInfo(group_id=group_id, session_id=session_id))
             base = time.time_ns()
             received = utc_now()
-            self._store.put_messages(
+            # Insert, never overwrite: a message that a formation already moved on stays as it is.
+            self._store.insert_messages(
                 group_id,
                 [
                     StoredMessage(
@@ -135,6 +141,15 @@ class Ingestor:
                     for i, m in enumerate(new)
                 ],
             )
+            if new and self._coordinator.distributed:
+                # Another server may have inserted the same id first, with other content.
+                stored = self._store.get_messages(group_id, session_id, [m.id for m in new])
+                lost = [m.id for m in new if m.id not in stored or not _same_message(stored[m.id].message, m)]
+                if lost:
+                    raise ConflictError(
+                        "a concurrent request stored these message ids first, with different content",
+                        details={"ids": lost[:20]},
+                    )
             pending = len(self._store.list_messages(group_id, session_id, states=[MessageState.PENDING]))
         return AddReceipt(
             accepted=[m.id for m in new], duplicates=[m.id for m in messages if m.id in existing], pending=pending
@@ -170,7 +185,7 @@ class Ingestor:
     ) -> list[Episode]:
         """Form episodes for several sessions at once: one embedding batch for all their messages,
         one for all their episodes, one write per partition."""
-        with _many_locks(self, sessions):
+        with self._coordinator.hold(sessions):
             plans: list[tuple[str, str, Segment, str]] = []
             message_vectors: dict[tuple[str, str, str], np.ndarray] = {}
             for group_id, session_id in sessions:
@@ -186,12 +201,7 @@ class Ingestor:
                 for message, vector in zip(pending, vectors, strict=True):
                     message_vectors[(group_id, session_id, message.id)] = vector
                 with self.timings.stage("segmentation"):
-                    segments = split_messages(
-                        pending,
-                        policy=self._policy,
-                        vectors=vectors,
-                        final_reason=final_reason,
-                    )
+                    segments = self._segmenter.segment(pending, vectors=vectors, final_reason=final_reason)
                 if not close_tail and segments:
                     tail = segments[-1]
                     idle = utc_now() - tail.messages[-1].timestamp > self._policy.time_gap
@@ -205,6 +215,7 @@ class Ingestor:
                     (group_id, session_id, segment, episode_id_for(group_id, session_id, segment.message_ids))
                     for segment in segments
                 ]
+                self._coordinator.verify([(group_id, session_id)])
                 self._write_plans(new_plans, unfinished)
                 plans += new_plans
             if not plans:
@@ -235,10 +246,11 @@ class Ingestor:
         message_vectors: dict[tuple[str, str, str], np.ndarray],
     ) -> list[Episode]:
         with self.timings.stage("generation"):
-            episodes = [
-                self._generator.generate(segment, group_id=g, session_id=s, episode_id=episode_id)
-                for g, s, segment, episode_id in plans
-            ]
+            episodes = batch_generate_episodes(
+                self._generator,
+                [GenerationJob(segment, g, s, episode_id) for g, s, segment, episode_id in plans],
+                concurrency=self._generation_concurrency,
+            )
         missing = [
             (g, s, m) for g, s, segment, _ in plans for m in segment.messages if (g, s, m.id) not in message_vectors
         ]
@@ -274,6 +286,7 @@ class Ingestor:
                     )
                 )
                 done[g].append(stored)
+        self._coordinator.verify(list(by_partition))
         with self.timings.stage("storage"):
             for (g, s), records in by_partition.items():
                 self._store.upsert_vectors(g, s, records)
@@ -317,6 +330,10 @@ class Ingestor:
     def policy(self) -> SegmentationPolicy:
         return self._policy
 
+    @property
+    def segmenter(self) -> Segmenter:
+        return self._segmenter
+
 
 def _same_message(a: Message, b: Message) -> bool:
     return (a.content, a.role, a.timestamp, a.producer_id, a.produced_for_id) == (
@@ -342,12 +359,3 @@ def _resumed_plans(
         segment = Segment(messages=tuple(s.message for s in items), boundary_reason=reason)
         plans.append((group_id, session_id, segment, episode_id))
     return plans
-
-
-@contextmanager
-def _many_locks(ingestor: Ingestor, sessions: Sequence[tuple[str, str]]) -> Iterator[None]:
-    """Take the session locks in a fixed order (no deadlock between concurrent formations)."""
-    with ExitStack() as stack:
-        for group_id, session_id in sorted(set(sessions)):
-            stack.enter_context(ingestor.session_lock(group_id, session_id))
-        yield

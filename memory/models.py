@@ -136,6 +136,15 @@ class Episode(Frozen):
     boundary_reason: BoundaryReason
     generation: GenerationMethod
     summarised_by: str | None = None
+    # Summaries only (episode_type SUMMARY): the episodes they compact and the span those cover.
+    source_episode_ids: tuple[str, ...] = ()
+    period_start: UtcDatetime | None = None
+    period_end: UtcDatetime | None = None
+
+    @property
+    def unit_count(self) -> int:
+        """How many memory units a summary compacts (0 for an ordinary episode)."""
+        return len(self.source_episode_ids)
 
 
 class MemoryContext(Frozen):

@@ -21,8 +21,15 @@ _STOPWORDS = frozenset(
     though through too under until very want was way well were what when where which while who
     whom why will with would yeah yes yet you your yours yourself yourselves going great good
     love glad hey wow awesome amazing totally feel felt time today yesterday tomorrow let lets
-    i'm it's that's you're i've i'll i'd we're they're can't don't didn't doesn't isn't wasn't""".split()
+    i'm it's that's you're i've i'll i'd we're they're can't don't didn't doesn't isn't wasn't
+    cool sweet nice fun super pretty kind lots bit definitely absolutely especially actually
+    hope hoping happy enjoy enjoyed keep kept tell told share sharing shared pic pics photo
+    cause wanted wants trying tried try take took went come came usually hey hi hello
+    let's how's what's there's here's he's she's sounds looks mean ones taking loving next last
+    they've we've anything everything nothing someone""".split()
 )
+# Two or more capitalised words in a row ("Lake Tahoe", "Pride Parade"): names of places, events, things.
+_PROPER_PHRASE = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+(?:of\s+|the\s+)?[A-Z][a-zA-Z'\-]+)+")
 
 _RELATIVE_DAYS = {"yesterday": -1, "today": 0, "tonight": 0, "tomorrow": 1}
 _RELATIVE_DAY_PATTERN = re.compile(r"\b(yesterday|today|tonight|tomorrow)\b", re.IGNORECASE)
@@ -81,19 +88,52 @@ def resolve_relative_dates(text: str, when: datetime) -> str:
 
 
 def main_subject(segment: Segment, *, limit: int = 4) -> list[str]:
-    """The segment's most telling words: frequent, not stopwords, not the speakers' own names."""
+    """The segment's most telling words and names: multi-word capitalised names first weighted
+    double, then frequent words that are not stopwords nor the speakers' own names."""
     speakers = {message.speaker.lower() for message in segment.messages}
     counts: Counter[str] = Counter()
+    shown: dict[str, str] = {}
     first_seen: dict[str, int] = {}
+    pairs: Counter[str] = Counter()
+
+    def add(key: str, label: str, weight: int) -> None:
+        counts[key] += weight
+        shown.setdefault(key, label)
+        first_seen.setdefault(key, len(first_seen))
+
     for message in segment.messages:
-        for word in _WORD.findall(message.content):
-            key = word.lower()
+        text = message.content
+        for phrase in _PROPER_PHRASE.findall(text):
+            words = phrase.split()
+            while words and (words[0].lower() in _STOPWORDS or words[0].lower() in speakers):
+                words = words[1:]  # "Hey Mel", "Last Friday"
+            if len(words) >= 2:
+                add(" ".join(words).lower(), " ".join(words), 2)
+        for match in _WORD.finditer(text):
+            word, key = match.group(0), match.group(0).lower()
             if key in _STOPWORDS or key in speakers:
                 continue
-            counts[key] += 1
-            first_seen.setdefault(key, len(first_seen))
+            before = text[: match.start()].rstrip()
+            named = word[0].isupper() and not word.isupper() and bool(before) and before[-1] not in '.!?:"'
+            acronym = word.isupper() and len(word) > 1  # "LGBTQ"
+            add(key, word if named or acronym else key, 1)
+            if named:
+                shown[key] = word
+            following = text[match.end() : match.end() + 1] == " " and _WORD.match(text, match.end() + 1)
+            if following and following.group(0).lower() not in _STOPWORDS | speakers:
+                pairs[f"{key} {following.group(0).lower()}"] += 1
+    for pair, count in pairs.items():
+        if count >= 2:  # a repeated pair of content words is a subject of its own: "support group"
+            add(pair, pair, 2 * count)
     ranked = sorted(counts, key=lambda key: (-counts[key], first_seen[key]))
-    return ranked[:limit]
+    chosen: list[str] = []
+    for key in ranked:
+        if any(f" {key} " in f" {other} " or f" {other} " in f" {key} " for other in chosen):
+            continue  # "tahoe" adds nothing next to "lake tahoe"
+        chosen.append(key)
+        if len(chosen) == limit:
+            break
+    return [shown[key] for key in chosen]
 
 
 def _speakers(segment: Segment) -> list[str]:
@@ -104,9 +144,10 @@ def _speakers(segment: Segment) -> list[str]:
 
 
 def offline_title(segment: Segment) -> str:
+    """'Caroline and Melanie, 8 May 2023: LGBTQ support group, painting, ...'"""
     speakers = " and ".join(_speakers(segment)[:3])
     subject = ", ".join(main_subject(segment)) or "conversation"
-    return f"{speakers}: {subject}"[:MAX_TITLE_CHARS]
+    return f"{speakers}, {_day(segment.earliest)}: {subject}"[:MAX_TITLE_CHARS]
 
 
 def offline_content(segment: Segment) -> str:

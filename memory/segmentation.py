@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 import numpy as np
 
@@ -22,6 +23,35 @@ class SegmentationPolicy:
     time_gap: timedelta = timedelta(minutes=30)
     topic_shift_threshold: float = 0.15
     topic_window: int = 3
+
+
+class Segmenter(Protocol):
+    """Cuts a session's pending messages into segments. Every message is in exactly one segment,
+    segments are in event-time order, and the last one ends with ``final_reason``."""
+
+    def segment(
+        self,
+        messages: Sequence[Message],
+        *,
+        vectors: np.ndarray | None = None,
+        final_reason: BoundaryReason = BoundaryReason.FLUSH,
+    ) -> list[Segment]: ...
+
+
+class HeuristicSegmenter:
+    """Time gaps, size limits and topic shift (embedding similarity); no LLM."""
+
+    def __init__(self, policy: SegmentationPolicy) -> None:
+        self.policy = policy
+
+    def segment(
+        self,
+        messages: Sequence[Message],
+        *,
+        vectors: np.ndarray | None = None,
+        final_reason: BoundaryReason = BoundaryReason.FLUSH,
+    ) -> list[Segment]:
+        return split_messages(messages, policy=self.policy, vectors=vectors, final_reason=final_reason)
 
 
 def order_messages(messages: Sequence[Message]) -> list[Message]:

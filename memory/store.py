@@ -88,21 +88,66 @@ def session_record_id(session_id: str) -> str:
 GROUP_RECORD_ID = "group"
 
 
-def open_client(*, data_dir: Path, host: str | None, port: int, ssl: bool = False, cache_bytes: int = 0) -> ClientAPI:
+def open_client(
+    *,
+    data_dir: Path,
+    host: str | None,
+    port: int,
+    ssl: bool = False,
+    hnsw_cache: int = 0,
+    timeout_s: float = 10.0,
+) -> ClientAPI:
     """Embedded PersistentClient under ``data_dir/chroma`` unless a server host is given."""
     if host:
         try:
-            return chromadb.HttpClient(
+            client = chromadb.HttpClient(
                 host=host, port=port, ssl=ssl, settings=ChromaSettings(anonymized_telemetry=False)
             )
         except (httpx.TransportError, ValueError, ConnectionError) as error:
             raise StoreUnavailableError(f"cannot reach the Chroma server at {host}:{port}: {error}") from error
-    options: dict[str, Any] = {"anonymized_telemetry": False}
-    if cache_bytes:
-        options.update(chroma_segment_cache_policy="LRU", chroma_memory_limit_bytes=cache_bytes)
+        # chromadb's HTTP session has no timeout at all: a hung server would hang every request.
+        session = getattr(getattr(client, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0))
+        return client
     path = Path(data_dir) / "chroma"
     path.mkdir(parents=True, exist_ok=True)
-    return chromadb.PersistentClient(path=str(path), settings=ChromaSettings(**options))
+    settings = ChromaSettings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path))
+    if hnsw_cache:
+        _start_bounded_system(settings, hnsw_cache)
+    return chromadb.PersistentClient(path=str(path), settings=settings)
+
+
+_SYSTEM_LOCK = threading.Lock()
+
+
+def _start_bounded_system(settings: ChromaSettings, hnsw_cache: int) -> None:
+    """Start the embedded Chroma system with at most ``hnsw_cache`` vector indexes loaded.
+
+    chromadb 1.x runs embedded through its Rust bindings, which ignore the old
+    ``chroma_segment_cache_policy``/``chroma_memory_limit_bytes`` settings and keep up to
+    RLIMIT_NOFILE / 5 HNSW indexes in memory (4,000 here: ~2.7 MB per touched partition, never
+    released). The bindings take that count at start, so we start the system ourselves with a
+    smaller one and register it where PersistentClient looks for the system of this path
+    (measured by tests/benchmarks/partitions.py).
+    """
+    from chromadb.api import ServerAPI
+    from chromadb.api.rust import RustBindingsAPI
+    from chromadb.api.shared_system_client import SharedSystemClient
+    from chromadb.config import System
+    from chromadb.telemetry.product import ProductTelemetryClient
+
+    identifier = str(settings.persist_directory)
+    with _SYSTEM_LOCK:
+        if identifier in SharedSystemClient._identifier_to_system:
+            return  # already running in this process: it keeps its own bound
+        system = System(settings)
+        system.instance(ProductTelemetryClient)  # type: ignore[type-abstract]  # as chromadb itself does
+        api = system.instance(ServerAPI)  # type: ignore[type-abstract]
+        if isinstance(api, RustBindingsAPI):
+            api.hnsw_cache_size = min(api.hnsw_cache_size, hnsw_cache)
+        system.start()
+        SharedSystemClient._identifier_to_system[identifier] = system
 
 
 def _store_call(function: Callable[P, R]) -> Callable[P, R]:
@@ -138,18 +183,34 @@ class VectorHit:
 
 @dataclass
 class DeletionReceipt:
-    """What a delete removed, per store; ``ids`` lists every removed record id."""
+    """What a delete removed, per store; ``ids`` lists every removed record id.
+
+    ``collections``: dropped Chroma collections; ``vectors``: records removed from partitions and
+    group indexes; ``log_records``: records removed from the group log. ``messages``, ``episodes``
+    and ``summaries`` name what was removed; ``repaired`` the episodes and summaries rebuilt from
+    what remained; ``caches`` the in-memory caches that were cleared.
+    """
 
     collections: list[str] = field(default_factory=list)
     vectors: int = 0
     log_records: int = 0
     ids: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    episodes: list[str] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
+    caches: list[str] = field(default_factory=list)
 
     def merge(self, other: DeletionReceipt) -> None:
         self.collections += other.collections
         self.vectors += other.vectors
         self.log_records += other.log_records
         self.ids += other.ids
+        self.messages += other.messages
+        self.episodes += other.episodes
+        self.summaries += other.summaries
+        self.repaired += other.repaired
+        self.caches += other.caches
 
 
 def where_all(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -183,6 +244,9 @@ def episode_metadata(episode: Episode) -> dict[str, Any]:
             "produced_for_id": episode.produced_for_id,
             "user_metadata": json.dumps(episode.user_metadata) if episode.user_metadata else None,
             "summarised_by": episode.summarised_by,
+            "source_episode_ids": json.dumps(list(episode.source_episode_ids)) if episode.source_episode_ids else None,
+            "period_start": to_epoch(episode.period_start) if episode.period_start else None,
+            "period_end": to_epoch(episode.period_end) if episode.period_end else None,
         }
     )
 
@@ -206,6 +270,11 @@ def episode_from_record(document: str, metadata: dict[str, Any]) -> Episode:
         boundary_reason=metadata["boundary"],
         generation=metadata["generation"],
         summarised_by=metadata.get("summarised_by"),
+        source_episode_ids=tuple(json.loads(metadata["source_episode_ids"]))
+        if "source_episode_ids" in metadata
+        else (),
+        period_start=from_epoch(float(metadata["period_start"])) if "period_start" in metadata else None,
+        period_end=from_epoch(float(metadata["period_end"])) if "period_end" in metadata else None,
     )
 
 
@@ -561,8 +630,8 @@ class ChromaStore:
         collection = (
             self._partition(group_id, session_id, create=False) if session_id else self._index(group_id, create=False)
         )
-        if collection is None:
-            return []
+        if collection is None or (ids is not None and not ids):
+            return []  # Chroma refuses an empty id list
         include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if include_embeddings else [])
         records: list[VectorRecord] = []
         offset = 0
@@ -686,6 +755,13 @@ class ChromaStore:
                     receipt.vectors += dropped
                 else:
                     receipt.log_records += dropped
+        # Whatever else still names the group (a partition no session record lists, the group's
+        # summary partition, a re-embedding left half-way) goes too.
+        for name in self.group_collection_names(group_id):
+            dropped = self._drop_collection(name)
+            if dropped >= 0:
+                receipt.collections.append(name)
+                receipt.vectors += dropped
         registry = self._registry()
         if registry.get(ids=[_digest(group_id)], include=[])["ids"]:
             registry.delete(ids=[_digest(group_id)])
@@ -694,3 +770,172 @@ class ChromaStore:
     @_store_call
     def collection_names(self) -> list[str]:
         return sorted(collection.name for collection in self._client.list_collections())
+
+    # -- lifecycle: summary journal, metadata repair, sweeps, re-embedding (memory.lifecycle) ----------
+
+    @_store_call
+    def put_log_record(self, group_id: str, record_id: str, document: str, metadata: dict[str, Any]) -> None:
+        log = self._log(group_id)
+        assert log is not None
+        log.upsert(ids=[record_id], embeddings=_placeholders(1), documents=[document], metadatas=[metadata])
+
+    @_store_call
+    def log_records(self, group_id: str, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        log = self._log(group_id, create=False)
+        return [] if log is None else list(self._get_all(log, where={"kind": kind}))
+
+    @_store_call
+    def delete_log_records(self, group_id: str, ids: Sequence[str]) -> int:
+        log = self._log(group_id, create=False)
+        if log is None or not ids:
+            return 0
+        existing = log.get(ids=list(ids), include=[])["ids"]
+        if existing:
+            log.delete(ids=existing)
+        return len(existing)
+
+    @_store_call
+    def remove_vector_metadata_keys(
+        self, group_id: str, session_id: str, ids: Sequence[str], keys: Sequence[str]
+    ) -> None:
+        """Drop metadata keys (Chroma removes a key updated to None; upsert alone would merge)."""
+        if ids and keys:
+            cleared: Any = [dict.fromkeys(keys) for _ in ids]
+            self.update_vector_metadata(group_id, session_id, ids, cleared)
+
+    @_store_call
+    def epimem_collections(self, group_id: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """Name and metadata of every epimem collection (of one group), read without the model check."""
+        found = []
+        for collection in self._client.list_collections():
+            metadata = dict(collection.metadata or {})
+            if "epimem" not in metadata or (group_id is not None and metadata.get("group_id") != group_id):
+                continue
+            found.append((collection.name, metadata))
+        return sorted(found)
+
+    def group_collection_names(self, group_id: str) -> list[str]:
+        return [name for name, _ in self.epimem_collections(group_id)]
+
+    @_store_call
+    def read_collection(self, name: str) -> list[VectorRecord]:
+        """Every record of a collection with its stored embedding, without the model check."""
+        collection = self._client.get_collection(name, embedding_function=None)
+        records: list[VectorRecord] = []
+        offset = 0
+        while True:
+            page = collection.get(include=["documents", "metadatas"], limit=_GET_PAGE, offset=offset)
+            for record_id, document, metadata in zip(
+                page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
+            ):
+                records.append(VectorRecord(id=record_id, document=document or "", metadata=dict(metadata or {})))
+            if len(page["ids"]) < _GET_PAGE:
+                return records
+            offset += _GET_PAGE
+
+    @_store_call
+    def rebuild_collection(self, name: str, records: Sequence[VectorRecord]) -> None:
+        """Replace a collection by one built with the current model (an explicit re-embed only).
+
+        The new vectors go to ``<name>-rebuild`` first; only when it is complete is the old
+        collection dropped and the new one renamed, so an interruption never loses the records
+        (``finish_rebuilds`` completes a rename that was cut short).
+        """
+        old = self._client.get_collection(name, embedding_function=None)
+        metadata = {**(old.metadata or {}), "epimem_model": self._model_id}
+        temporary = f"{name}-rebuild"
+        self._drop_collection(temporary)  # an earlier attempt that did not finish; the original is intact
+        new = self._client.create_collection(temporary, metadata=metadata, embedding_function=None)
+        for start in range(0, len(records), _GET_PAGE):
+            batch = records[start : start + _GET_PAGE]
+            new.upsert(
+                ids=[record.id for record in batch],
+                embeddings=np.stack([cast(np.ndarray, record.embedding) for record in batch]),
+                documents=[record.document for record in batch],
+                metadatas=cast(Any, [record.metadata for record in batch]),
+            )
+        self._drop_collection(name)
+        new.modify(name=name)
+
+    @_store_call
+    def finish_rebuilds(self) -> list[str]:
+        """Complete rebuilds whose rename was interrupted; drop rebuilds whose original still exists."""
+        names = {collection.name for collection in self._client.list_collections()}
+        finished = []
+        for temporary in sorted(name for name in names if name.endswith("-rebuild")):
+            original = temporary.removesuffix("-rebuild")
+            if original in names:
+                self._drop_collection(temporary)
+            else:
+                self._forget(original)
+                self._client.get_collection(temporary, embedding_function=None).modify(name=original)
+                finished.append(original)
+        return finished
+
+    @_store_call
+    def drop_log_if_empty(self, group_id: str) -> bool:
+        """Drop a group's log that holds nothing (e.g. re-created only by a lease release after a delete)."""
+        log = self._log(group_id, create=False)
+        if log is None or log.count():
+            return False
+        return self._drop_collection(log_name(group_id)) >= 0
+
+    def forget_handles(self, names: Iterable[str] | None = None) -> None:
+        """Drop cached collection handles (all of them, or the named ones)."""
+        with self._lock:
+            for name in list(self._open) if names is None else names:
+                self._open.pop(name, None)
+
+    def cached_handles(self) -> list[str]:
+        with self._lock:
+            return list(self._open)
+
+    # -- first-writer-wins inserts and formation leases (memory.coordination) --------------------
+
+    @_store_call
+    def insert_messages(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
+        """Add message records that are not there yet. Chroma ignores ``add`` of an existing id, so a
+        concurrent duplicate never overwrites a record whose state has moved on (FORMING, DONE)."""
+        if not messages:
+            return
+        log = self._log(group_id)
+        assert log is not None
+        log.add(
+            ids=[message_record_id(stored.session_id, stored.message.id) for stored in messages],
+            embeddings=_placeholders(len(messages)),
+            documents=[stored.message.content for stored in messages],
+            metadatas=[_log_metadata(stored) for stored in messages],
+        )
+
+    @_store_call
+    def lease_records(self, group_id: str, session_id: str) -> list[dict[str, Any]]:
+        log = self._log(group_id, create=False)
+        if log is None:
+            return []
+        where = {"$and": [{"kind": "lease"}, {"lease_of": session_id}]}
+        return [dict(meta or {}) for meta in log.get(where=cast(Any, where), include=["metadatas"])["metadatas"] or []]
+
+    @_store_call
+    def put_lease(
+        self, group_id: str, session_id: str, epoch: int, metadata: dict[str, Any], *, insert: bool = False
+    ) -> None:
+        """``insert``: first writer of this epoch wins (``add``); otherwise the holder's update."""
+        log = self._log(group_id)
+        assert log is not None
+        write = log.add if insert else log.upsert
+        write(
+            ids=[_lease_record_id(session_id, epoch)],
+            embeddings=_placeholders(1),
+            documents=[""],
+            metadatas=[{**metadata, "kind": "lease", "lease_of": session_id}],
+        )
+
+    @_store_call
+    def delete_leases(self, group_id: str, session_id: str, epochs: Sequence[int]) -> None:
+        log = self._log(group_id, create=False)
+        if log is not None and epochs:
+            log.delete(ids=[_lease_record_id(session_id, epoch) for epoch in epochs])
+
+
+def _lease_record_id(session_id: str, epoch: int) -> str:
+    return f"lease-{_digest(session_id)[:40]}-{epoch:012d}"

@@ -21,8 +21,10 @@ class FormationWorker:
     flush or a restart); it never loses them.
     """
 
-    def __init__(self, ingestor: Ingestor) -> None:
+    def __init__(self, ingestor: Ingestor, *, scan_interval_s: float = 0.0) -> None:
         self._ingestor = ingestor
+        # Every so often, finish sessions left unfinished (e.g. by another server that died).
+        self._scan_interval = scan_interval_s or None
         self._queue: queue.Queue[tuple[str, str]] = queue.Queue()
         self._queued: set[tuple[str, str]] = set()
         self._guard = threading.Lock()
@@ -55,13 +57,22 @@ class FormationWorker:
 
     def _run(self) -> None:
         while True:
-            key = self._queue.get()
+            try:
+                key: tuple[str, str] | None = self._queue.get(timeout=self._scan_interval)
+            except queue.Empty:
+                key = None
+                with self._guard:
+                    self._busy += 1
             if key == _STOP:
                 return
             with self._guard:
-                self._queued.discard(key)
+                if key is not None:
+                    self._queued.discard(key)
             try:
-                self._ingestor.form_closed(*key)
+                if key is None:
+                    self._ingestor.recover()
+                else:
+                    self._ingestor.form_closed(*key)
             except EpimemError as error:
                 self.failures += 1
                 log.warning("episode formation for a session failed and stays pending: %s", error.message)

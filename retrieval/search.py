@@ -2,34 +2,41 @@
 
 Messages are indexed beside the episodes they belong to; a message hit counts for its episode,
 so a question that matches one exact turn finds the episode that tells its story.
+
+Group-wide search is one query on the group's index collection (the store keeps it beside the
+per-session partitions), and one BM25 scoring over the group's cached keyword index: nothing on
+the read path loops over sessions.
 """
 
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import bm25s
 import numpy as np
 
 from memory.embedding import Embedder
 from memory.models import Episode, Message
-from memory.store import ChromaStore, VectorRecord, episode_from_record, where_all
+from memory.store import ChromaStore, VectorRecord, episode_from_record, message_record_id, where_all
 from memory.timeutil import from_epoch, to_epoch, utc_now
+from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.timewindow import TimeWindow, parse_time_window
 from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
 RRF_K = 60
 EPISODE_KINDS = ("episode", "summary")
+# An episode counts its best record fully and each further matching record by this share.
+SUPPORT_WEIGHT = 0.25
+# Two hits whose episode vectors are at least this similar are near-duplicates: the lower one goes.
+DUPLICATE_COSINE = 0.95
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One record's standing in the two rankings."""
+    """One record's standing in the two rankings (ranks are 0-based; None = not in that list)."""
 
     record_id: str
     episode_id: str
@@ -37,6 +44,12 @@ class Candidate:
     vector: float = 0.0
     keyword: float = 0.0
     fused: float = 0.0
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+
+    @property
+    def is_message(self) -> bool:
+        return self.metadata.get("kind") == "message"
 
 
 def resolve_window(scope: Scope) -> TimeWindow:
@@ -64,110 +77,74 @@ def scope_filter(scope: Scope, window: TimeWindow, *, kinds: tuple[str, ...] | N
     return where_all(clauses)
 
 
-class KeywordIndex:
-    """BM25 over every record of a group, rebuilt when the group's record count changes."""
-
-    def __init__(self, records: list[VectorRecord]) -> None:
-        self.records = records
-        self._bm25 = bm25s.BM25()
-        if records:
-            corpus = [_keyword_text(record) for record in records]
-            self._bm25.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False)
-
-    def scores(self, query: str) -> np.ndarray:
-        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False, return_ids=False)[0]
-        if not tokens or not self.records:
-            return np.zeros(len(self.records), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
-
-
-def _keyword_text(record: VectorRecord) -> str:
-    title = record.metadata.get("title", "")
-    speaker = record.metadata.get("producer_id", "")
-    return f"{title} {speaker} {record.document}"
+def rrf(rank: int | None) -> float:
+    return 0.0 if rank is None else 1.0 / (RRF_K + rank + 1)
 
 
 class Searcher:
     def __init__(self, *, store: ChromaStore, embedder: Embedder, keyword_cache_groups: int = 32) -> None:
         self._store = store
         self._embedder = embedder
-        self._keyword: OrderedDict[str, tuple[int, KeywordIndex]] = OrderedDict()
-        self._keyword_cache_groups = keyword_cache_groups
-        self._lock = threading.Lock()
+        self.keywords = KeywordCache(capacity=keyword_cache_groups)
+
+    @property
+    def _keyword(self) -> Any:
+        """group -> (version, KeywordIndex): what the BM25 cache holds (read by tests)."""
+        return self.keywords.entries
 
     # -- candidates ------------------------------------------------------------------------------
 
     def keyword_index(self, group_id: str) -> KeywordIndex:
-        version = self._store.count_vectors(group_id)
-        with self._lock:
-            cached = self._keyword.get(group_id)
-            if cached is not None and cached[0] == version:
-                self._keyword.move_to_end(group_id)
-                return cached[1]
-        index = KeywordIndex(self._store.get_vectors(group_id))
-        with self._lock:
-            self._keyword[group_id] = (version, index)
-            while len(self._keyword) > self._keyword_cache_groups:
-                self._keyword.popitem(last=False)
-        return index
+        """The group's BM25 index; built once per change of the group's records, never per query."""
+        return self.keywords.get(
+            group_id, self._store.count_vectors(group_id), lambda: self._store.get_vectors(group_id)
+        )
 
     def forget_group(self, group_id: str) -> None:
-        with self._lock:
-            self._keyword.pop(group_id, None)
+        self.keywords.forget(group_id)
+
+    def embed_query(self, query: str) -> np.ndarray:
+        embed = getattr(self._embedder, "embed_query", None)
+        return embed(query) if embed is not None else self._embedder.embed_batch([query])[0]
 
     def candidates(self, group_id: str, query: str, scope: Scope, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
         window = resolve_window(scope)
         where = scope_filter(scope, window)
         single_session = scope.session_ids[0] if scope.session_ids and len(scope.session_ids) == 1 else None
-        embedding = self._embedder.embed_query(query)  # type: ignore[attr-defined]
-        hits = self._store.query(group_id, embedding, k=depth, session_id=single_session, where=where)
+        hits = self._store.query(group_id, self.embed_query(query), k=depth, session_id=single_session, where=where)
         vector_rank = {hit.id: rank for rank, hit in enumerate(hits)}
         metadata = {hit.id: hit.metadata for hit in hits}
         similarity = {hit.id: 1.0 - hit.distance for hit in hits}
 
-        index = self.keyword_index(group_id)
-        scores = index.scores(query)
         allowed = set(scope.session_ids) if scope.session_ids is not None else None
-        keyword_ranked: list[tuple[float, int]] = []
-        for position in np.argsort(-scores)[: depth * 4]:
-            score = float(scores[position])
-            if score <= 0:
-                break
-            record = index.records[int(position)]
+
+        def in_scope(record: VectorRecord) -> bool:
             if allowed is not None and record.metadata.get("session_id") not in allowed:
-                continue
-            if not window.contains(from_epoch(float(record.metadata["ts"]))):
-                continue
-            keyword_ranked.append((score, int(position)))
-            if len(keyword_ranked) >= depth:
-                break
+                return False
+            return window.contains(from_epoch(float(record.metadata["ts"])))
+
         keyword_rank: dict[str, int] = {}
         keyword_score: dict[str, float] = {}
-        for rank, (score, position) in enumerate(keyword_ranked):
-            record = index.records[position]
+        for rank, (record, score) in enumerate(self.keyword_index(group_id).top(query, depth=depth, keep=in_scope)):
             keyword_rank[record.id] = rank
             keyword_score[record.id] = score
             metadata.setdefault(record.id, record.metadata)
 
-        candidates = []
-        for record_id, meta in metadata.items():
-            fused = 0.0
-            if record_id in vector_rank:
-                fused += 1.0 / (RRF_K + vector_rank[record_id] + 1)
-            if record_id in keyword_rank:
-                fused += 1.0 / (RRF_K + keyword_rank[record_id] + 1)
-            candidates.append(
-                Candidate(
-                    record_id=record_id,
-                    episode_id=str(meta.get("episode_id", record_id)),
-                    metadata=meta,
-                    vector=similarity.get(record_id, 0.0),
-                    keyword=keyword_score.get(record_id, 0.0),
-                    fused=fused,
-                )
+        candidates = [
+            Candidate(
+                record_id=record_id,
+                episode_id=str(meta.get("episode_id", record_id)),
+                metadata=meta,
+                vector=similarity.get(record_id, 0.0),
+                keyword=keyword_score.get(record_id, 0.0),
+                fused=rrf(vector_rank.get(record_id)) + rrf(keyword_rank.get(record_id)),
+                vector_rank=vector_rank.get(record_id),
+                keyword_rank=keyword_rank.get(record_id),
             )
-        candidates.sort(key=lambda candidate: -candidate.fused)
+            for record_id, meta in metadata.items()
+        ]
+        candidates.sort(key=lambda candidate: (-candidate.fused, candidate.record_id))
         return candidates
 
     # -- search ------------------------------------------------------------------------------------
@@ -181,18 +158,11 @@ class Searcher:
         episodes = self.load_episodes(group_id, list(by_episode))
         now = query.reference_time or utc_now()
         hits: list[SearchHit] = []
-        seen_content: set[str] = set()
         for episode_id, items in by_episode.items():
             episode = episodes.get(episode_id)
             if episode is None:
                 continue
-            fingerprint = " ".join(episode.content.lower().split())
-            if fingerprint in seen_content:  # near-duplicate: same text, other id
-                continue
-            seen_content.add(fingerprint)
-            # An episode counts its best record fully and the rest of its matching messages a little.
-            fused_scores = sorted((item.fused for item in items), reverse=True)
-            fused = fused_scores[0] + 0.25 * sum(fused_scores[1:])
+            fused = episode_score(items)
             recency = recency_factor(episode.timestamp, now, query.recency_weight, query.recency_half_life_days)
             hits.append(
                 SearchHit(
@@ -204,18 +174,43 @@ class Searcher:
                         fused=fused,
                         recency=recency,
                     ),
-                    matched_message_ids=[
-                        str(item.metadata["message_id"]) for item in items if item.metadata.get("kind") == "message"
-                    ],
+                    matched_message_ids=[str(item.metadata["message_id"]) for item in items if item.is_message],
                 )
             )
-        hits.sort(key=lambda hit: -hit.score)
+        hits.sort(key=lambda hit: (-hit.score, hit.episode.uuid))
+        if query.dedupe:
+            hits = self.drop_near_duplicates(group_id, hits, limit=query.k)
         hits = hits[: query.k]
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
         if query.expand:
             hits = [hit.model_copy(update={"messages": self.source_messages(group_id, hit.episode)}) for hit in hits]
         return hits
+
+    def drop_near_duplicates(self, group_id: str, hits: list[SearchHit], *, limit: int) -> list[SearchHit]:
+        """Keep hits in order, dropping any whose episode repeats a kept one: the same normalised
+        text, or an episode vector with cosine >= DUPLICATE_COSINE to a kept one."""
+        window = hits[: limit * 2]
+        records = self._store.get_vectors(group_id, ids=[hit.episode.uuid for hit in window], include_embeddings=True)
+        vectors = {record.id: record.embedding for record in records if record.embedding is not None}
+        kept: list[SearchHit] = []
+        kept_vectors: list[np.ndarray] = []
+        fingerprints: set[str] = set()
+        for hit in window:
+            fingerprint = " ".join(hit.episode.content.lower().split())
+            if fingerprint in fingerprints:
+                continue
+            vector = vectors.get(hit.episode.uuid)
+            if vector is not None:
+                unit = vector / (float(np.linalg.norm(vector)) or 1.0)
+                if kept_vectors and float(np.max(np.stack(kept_vectors) @ unit)) >= DUPLICATE_COSINE:
+                    continue
+                kept_vectors.append(unit)
+            fingerprints.add(fingerprint)
+            kept.append(hit)
+            if len(kept) >= limit:
+                break
+        return kept
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]:
         if not episode_ids:
@@ -228,12 +223,63 @@ class Searcher:
         }
 
     def source_messages(self, group_id: str, episode: Episode) -> list[Message]:
+        if episode.source_episode_ids:  # a summary: its messages are those of the episodes it compacts
+            sources = self.load_episodes(group_id, list(episode.source_episode_ids)).values()
+            found = [
+                m for source in sources if not source.source_episode_ids for m in self.source_messages(group_id, source)
+            ]
+            return sorted(found, key=lambda message: message.timestamp)
         stored = self._store.get_messages(group_id, episode.session_id, list(episode.source_message_ids))
         messages = [stored[i].message for i in episode.source_message_ids if i in stored]
         return sorted(messages, key=lambda message: message.timestamp)
 
+    def similarities(self, group_id: str, query: str, episodes: list[Episode]) -> dict[str, float]:
+        """Exact cosine of the query with each episode and each of its messages, in one read;
+        keys are episode ids and message record ids (store.message_record_id)."""
+        ids = [episode.uuid for episode in episodes] + [
+            message_record_id(episode.session_id, message_id)
+            for episode in episodes
+            for message_id in episode.source_message_ids
+        ]
+        if not ids:
+            return {}
+        query_vector = unit(self.embed_query(query))
+        records = self._store.get_vectors(group_id, ids=ids, include_embeddings=True)
+        return {
+            record.id: float(unit(record.embedding) @ query_vector)
+            for record in records
+            if record.embedding is not None
+        }
+
+    def keyword_scores(self, group_id: str, query: str) -> tuple[KeywordIndex, np.ndarray]:
+        index = self.keyword_index(group_id)
+        return index, index.scores(query)
+
+    def messages_of(self, group_id: str, episodes: list[Episode]) -> dict[str, list[Message]]:
+        """Source messages of many episodes, one log read per session, each list in event-time order."""
+        wanted: dict[str, list[str]] = defaultdict(list)
+        for episode in episodes:
+            wanted[episode.session_id] += episode.source_message_ids
+        stored = {session: self._store.get_messages(group_id, session, ids) for session, ids in wanted.items()}
+        found: dict[str, list[Message]] = {}
+        for episode in episodes:
+            by_id = stored.get(episode.session_id, {})
+            messages = [by_id[i].message for i in episode.source_message_ids if i in by_id]
+            found[episode.uuid] = sorted(messages, key=lambda message: message.timestamp)
+        return found
+
+
+def unit(vector: np.ndarray) -> np.ndarray:
+    return vector / (float(np.linalg.norm(vector)) or 1.0)
+
+
+def episode_score(items: list[Candidate]) -> float:
+    fused = sorted((item.fused for item in items), reverse=True)
+    return fused[0] + SUPPORT_WEIGHT * sum(fused[1:])
+
 
 def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_days: float) -> float:
+    """1 without weighting; otherwise (1 - weight) + weight * 0.5 ** (age / half-life)."""
     if weight <= 0:
         return 1.0
     age_days = max(0.0, (now - timestamp).total_seconds() / 86400)

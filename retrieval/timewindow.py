@@ -157,6 +157,8 @@ def _parse(phrase: str, now: datetime, tz: ZoneInfo) -> tuple[datetime | None, d
     if match := re.fullmatch(r"(\d{4})", phrase):
         return datetime(int(phrase), 1, 1, tzinfo=tz), datetime(int(phrase) + 1, 1, 1, tzinfo=tz)
     if match := re.fullmatch(r"(\d{4})-(\d{2})", phrase):
+        if not 1 <= int(match.group(2)) <= 12:
+            return None
         start = _month_start(int(match.group(1)), int(match.group(2)), tz)
         return start, _month_start(start.year, start.month + 1, tz)
     if match := re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})", phrase):

@@ -29,7 +29,7 @@ class Scope(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    session_ids: list[ScopeId] | None = Field(default=None, max_length=1000)
+    session_ids: list[ScopeId] | None = Field(default=None, min_length=1, max_length=1000)
     start: UtcDatetime | None = None
     end: UtcDatetime | None = None
     time: str | None = Field(default=None, max_length=200, description="e.g. 'last week', 'in March 2023'")
@@ -44,12 +44,14 @@ class SearchQuery(Scope):
     expand: bool = False
     recency_weight: float = Field(default=0.0, ge=0.0, le=1.0)
     recency_half_life_days: float = Field(default=30.0, gt=0)
+    dedupe: bool = Field(default=True, description="drop near-duplicate episodes (same text or episode vectors)")
 
 
 class ContextQuery(Scope):
     query: str = Field(min_length=1, max_length=10_000)
     token_budget: int = Field(default=1000, ge=16, le=MAX_TOKEN_BUDGET)
     recency_weight: float = Field(default=0.0, ge=0.0, le=1.0)
+    recency_half_life_days: float = Field(default=30.0, gt=0)
 
 
 class ScoreComponents(BaseModel):

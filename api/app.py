@@ -1,0 +1,107 @@
+"""The FastAPI app: ``create_app(service=None, settings=None)``.
+
+The service is built in the lifespan from settings (or the one passed in, which the caller owns),
+kept on ``app.state``; routes reach it through ``Annotated`` dependencies. Interrupted episode
+formation is finished in the background at startup.
+
+    uvicorn --factory api.app:create_app      # or: epimem serve
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.auth import KeyRing
+from api.errors import install_error_handlers
+from api.facade import Epimem
+from api.metrics import Metrics
+from api.middleware import RequestMiddleware
+from api.routes import ops, v1
+from memory.errors import EpimemError
+from memory.settings import Settings
+
+log = logging.getLogger("epimem.api")
+
+DESCRIPTION = """Episodic memory for LLM applications.
+
+Messages go in per (group, session); they are stored durably at once and become titled,
+third-person **episodes** off the request path (or on flush). Recall them by meaning, keyword
+and time (`search`), as a cited prompt block (`context`), or in time order (`timeline`).
+
+**Auth**: `Authorization: Bearer <key>` with keys scoped to groups (read / write / admin), or
+no keys at all in local mode. **Errors** always have the shape
+`{"error": {"code", "message", "details"}}`. Ids containing `/` cannot be addressed in a URL path.
+"""
+
+
+def _recover(app: FastAPI, service: Epimem) -> None:
+    try:
+        recovered = service.recover()
+        if recovered:
+            log.info("recovered %d episodes whose formation was interrupted", len(recovered))
+    except EpimemError as error:
+        log.warning("recovery at startup failed; the messages stay pending: %s", error.message)
+    finally:
+        app.state.recovering = False
+
+
+def create_app(service: Epimem | None = None, settings: Settings | None = None) -> FastAPI:
+    if settings is None:
+        settings = service.settings if service is not None else Settings()
+    keys = KeyRing.from_file(settings.api_keys_file)  # fails fast on a bad key file
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = service is None
+        app.state.service = service if service is not None else Epimem.from_settings(settings)
+        app.state.recovering = True
+        recovery = threading.Thread(target=_recover, args=(app, app.state.service), name="epimem-recovery", daemon=True)
+        recovery.start()
+        if not keys.enabled:
+            log.info("local mode: no API keys configured, every request is allowed")
+        try:
+            yield
+        finally:
+            recovery.join(timeout=30)
+            if owned:
+                app.state.service.close()
+
+    app = FastAPI(
+        title="epimem",
+        version="1",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "messages", "description": "messages in, flush, history"},
+            {"name": "episodes", "description": "episodes by id, expanded to their source messages"},
+            {"name": "recall", "description": "search, context for prompts, timeline"},
+            {"name": "groups", "description": "group configuration"},
+            {"name": "sessions", "description": "session metadata"},
+            {"name": "summaries", "description": "compaction of many episodes"},
+            {"name": "export", "description": "a group as JSON Lines, and back"},
+            {"name": "operations", "description": "health, readiness, metrics"},
+        ],
+    )
+    app.state.settings = settings
+    app.state.keys = keys
+    app.state.service = service
+    app.state.recovering = False
+    app.state.metrics = Metrics(lambda: app.state.service)
+    install_error_handlers(app)
+    app.include_router(v1)
+    app.include_router(ops)
+    app.add_middleware(RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+def serve_app() -> FastAPI:
+    """Factory for uvicorn worker processes (``epimem serve --workers N``): settings from the environment."""
+    from api.logs import configure_logging
+
+    configure_logging()
+    return create_app()

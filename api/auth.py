@@ -1,0 +1,130 @@
+"""API keys scoped to groups.
+
+Key file (``EPIMEM_API_KEYS_FILE``)::
+
+    {"keys": [{"key": "…", "groups": ["team-a", "proj-*"], "role": "read" | "write" | "admin"}]}
+
+A group pattern is an exact group id, or a prefix followed by ``*`` (``*`` alone = every group).
+Roles are ordered: admin can do what write can, write what read can. With no key file the service
+runs in local mode (no keys checked; ``epimem serve`` then binds to 127.0.0.1 only).
+
+Authorization is checked before anything touches the store, from the raw path, so a 403 looks the
+same whether or not the group exists. Keys are compared with ``hmac.compare_digest`` and never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from starlette.requests import Request
+
+from memory.errors import ForbiddenError, InvalidInputError, UnauthorizedError
+
+
+class Role(IntEnum):
+    READ = 1
+    WRITE = 2
+    ADMIN = 3
+
+
+class KeyEntry(BaseModel):
+    key: str = Field(min_length=16, description="the secret; at least 16 characters")
+    groups: list[str] = Field(min_length=1)
+    role: str
+
+    @field_validator("role")
+    @classmethod
+    def _known_role(cls, value: str) -> str:
+        if value not in ("read", "write", "admin"):
+            raise ValueError("role must be read, write or admin")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern or "*" in pattern[:-1]:
+                raise ValueError(f"group pattern {pattern!r}: '*' is allowed only at the end")
+        return value
+
+
+class KeyFile(BaseModel):
+    keys: list[KeyEntry]
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    secret: bytes
+    groups: tuple[str, ...]
+    role: Role
+
+    def covers(self, group_id: str) -> bool:
+        return any(
+            group_id.startswith(pattern[:-1]) if pattern.endswith("*") else group_id == pattern
+            for pattern in self.groups
+        )
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling; ``None`` key = local mode."""
+
+    key: ApiKey | None
+
+    @property
+    def local(self) -> bool:
+        return self.key is None
+
+
+class KeyRing:
+    def __init__(self, keys: list[ApiKey]) -> None:
+        self._keys = keys
+
+    @classmethod
+    def from_file(cls, path: Path | None) -> KeyRing:
+        if path is None:
+            return cls([])
+        try:
+            parsed = KeyFile.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError, ValidationError) as error:
+            # Never echo the file: it holds secrets. pydantic's message may quote input, so only locations.
+            where = [".".join(map(str, e["loc"])) for e in error.errors()] if isinstance(error, ValidationError) else []
+            raise InvalidInputError(f"cannot read the API key file {path}: {type(error).__name__} {where}") from None
+        return cls([ApiKey(e.key.encode(), tuple(e.groups), Role[e.role.upper()]) for e in parsed.keys])
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys)
+
+    def find(self, presented: str) -> ApiKey | None:
+        candidate = presented.encode()
+        found = None
+        for key in self._keys:  # no early exit: the time taken says nothing about which key matched
+            if hmac.compare_digest(key.secret, candidate):
+                found = key
+        return found
+
+    def authorize(self, request: Request, role: Role) -> Principal:
+        """Raise 401/403 or return the principal. Reads ``group_id`` from the raw path parameters."""
+        if not self.enabled:
+            return Principal(None)
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
+        key = self.find(token.strip())
+        if key is None:
+            raise UnauthorizedError("unknown API key")
+        group_id = request.path_params.get("group_id")
+        if group_id is not None and not key.covers(str(group_id)):
+            raise ForbiddenError("this key may not access this group")
+        if key.role < role:
+            raise ForbiddenError(
+                f"this key's role ({key.role.name.lower()}) may not do this; needs {role.name.lower()}"
+            )
+        return Principal(key)

@@ -1,0 +1,112 @@
+"""One pure-ASGI middleware for what every request needs: a request id (``X-Request-ID`` in and
+out), the body size limit, metrics per route template and one structured access-log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_response
+from api.logs import request_id_from, request_id_var
+from api.metrics import Metrics
+
+access_log = logging.getLogger("epimem.access")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RequestMiddleware:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        request_id = request_id_from(headers.get("x-request-id"))
+        token = request_id_var.set(request_id)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        try:
+            try:
+                replay = await self._read_body(headers, receive)
+            except _TooLarge:
+                response = error_response(
+                    413,
+                    "payload_too_large",
+                    f"request body is larger than {self.max_body_bytes} bytes",
+                    {"max_body_bytes": self.max_body_bytes},
+                )
+                await response(scope, receive, send_with_id)
+                return
+            await self.app(scope, replay, send_with_id)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            elapsed = time.perf_counter() - started
+            self.metrics.observe(scope["method"], template, status, elapsed)
+            access_log.info(
+                "%s %s %d",
+                scope["method"],
+                template,
+                status,
+                extra={
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                },
+            )
+            request_id_var.reset(token)
+
+    async def _read_body(self, headers: Headers, receive: Receive) -> Receive:
+        """Read the whole body up to the limit (Content-Length is checked but not trusted), then
+        replay it to the app."""
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        disconnect: Message | None = None
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnect = message
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if disconnect is not None and sent:
+                return disconnect
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return replay

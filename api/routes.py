@@ -1,0 +1,389 @@
+"""The HTTP routes. Each one authorizes, validates what only the HTTP surface knows (batch and
+message limits from settings) and calls the facade; the logic lives in memory/ and retrieval/.
+
+Roles: read = get/search/context/timeline/list/history; write = messages, flush, put, import,
+summaries; admin = every delete, export, metrics (when keys are configured).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from api.auth import Principal, Role
+from api.errors import error_responses
+from api.facade import Epimem
+from api.schemas import (
+    AddReceiptOut,
+    DeletionOut,
+    EpisodeIdPath,
+    EpisodeOut,
+    EpisodesOut,
+    GroupConfigurationIn,
+    GroupId,
+    Health,
+    HistoryOut,
+    ImportOut,
+    MessageIdPath,
+    MessagesIn,
+    Readiness,
+    SearchOut,
+    SessionId,
+    SessionIdQuery,
+    SessionInfoIn,
+    SessionsOut,
+    SummariesIn,
+)
+from memory.errors import InvalidInputError, NotFoundError, PayloadTooLargeError, StoreUnavailableError
+from memory.models import GroupConfiguration, SessionInfo, UtcDatetime
+from memory.settings import Settings
+from memory.store import DeletionReceipt
+from memory.timeutil import utc_now
+from retrieval.types import MAX_TIMELINE_LIMIT, ContextQuery, ContextResult, Direction, SearchQuery, TimelinePage
+
+_bearer = HTTPBearer(auto_error=False, description="an API key from EPIMEM_API_KEYS_FILE (not needed in local mode)")
+
+
+def get_service(request: Request) -> Epimem:
+    service: Epimem = request.app.state.service
+    return service
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+ServiceDep = Annotated[Epimem, Depends(get_service)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def _authorizer(role: Role) -> Any:
+    def authorize(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Principal:
+        # Runs before path/body validation and before any store access, from the raw path.
+        principal: Principal = request.app.state.keys.authorize(request, role)
+        return principal
+
+    return Depends(authorize)
+
+
+READ = _authorizer(Role.READ)
+WRITE = _authorizer(Role.WRITE)
+ADMIN = _authorizer(Role.ADMIN)
+
+v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 422, 503))
+ops = APIRouter(tags=["operations"])
+
+GROUP = "/groups/{group_id}"
+SESSION = GROUP + "/sessions/{session_id}"
+
+
+def _deletion(receipt: DeletionReceipt) -> DeletionOut:
+    return DeletionOut(**asdict(receipt))
+
+
+# -- messages and episodes ---------------------------------------------------------------------
+
+
+@v1.post(
+    SESSION + "/messages",
+    tags=["messages"],
+    dependencies=[WRITE],
+    responses=error_responses(409),
+    summary="Add a batch of messages (idempotent by message id)",
+)
+def add_messages(
+    group_id: GroupId, session_id: SessionId, body: MessagesIn, service: ServiceDep, settings: SettingsDep
+) -> AddReceiptOut:
+    """Stores the messages durably before answering. Episodes form off the request path once
+    enough messages are pending, or on flush. The same id with the same content again is reported as
+    a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
+    if len(body.messages) > settings.max_messages_per_batch:
+        raise PayloadTooLargeError(
+            f"a batch holds at most {settings.max_messages_per_batch} messages",
+            details={"max_messages_per_batch": settings.max_messages_per_batch, "received": len(body.messages)},
+        )
+    too_long = [m.id for m in body.messages if len(m.content) > settings.max_message_chars]
+    if too_long:
+        raise InvalidInputError(
+            f"message content is longer than {settings.max_message_chars} characters",
+            details={"max_message_chars": settings.max_message_chars, "ids": too_long[:20]},
+        )
+    receipt = service.add_messages(group_id, session_id, body.messages)
+    return AddReceiptOut(**asdict(receipt))
+
+
+@v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")
+def history(
+    group_id: GroupId,
+    session_id: SessionId,
+    service: ServiceDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> HistoryOut:
+    """The session's messages in event-time order, paged by offset."""
+    messages = service.history(group_id, session_id, limit=limit + 1, offset=offset)
+    more = len(messages) > limit
+    return HistoryOut(messages=messages[:limit], next_offset=offset + limit if more else None)
+
+
+@v1.delete(
+    SESSION + "/messages/{message_id}",
+    tags=["messages"],
+    dependencies=[ADMIN],
+    responses=error_responses(404),
+    summary="Delete one message (and rebuild what was made from it)",
+)
+def delete_message(
+    group_id: GroupId, session_id: SessionId, message_id: MessageIdPath, service: ServiceDep
+) -> DeletionOut:
+    return _deletion(service.delete_message(group_id, session_id, message_id))
+
+
+@v1.post(
+    SESSION + "/flush", tags=["messages"], dependencies=[WRITE], summary="Form episodes from every pending message"
+)
+def flush(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> EpisodesOut:
+    """Returns once every pending message of the session is in an episode that is stored and searchable."""
+    return EpisodesOut(episodes=service.flush(group_id, session_id))
+
+
+@v1.get(
+    SESSION + "/episodes/{episode_id}",
+    tags=["episodes"],
+    dependencies=[READ],
+    responses=error_responses(404),
+    summary="One episode, optionally with its source messages",
+)
+def get_episode(
+    group_id: GroupId,
+    session_id: SessionId,
+    episode_id: EpisodeIdPath,
+    service: ServiceDep,
+    expand: Annotated[Literal["messages"] | None, Query(description="`messages`: include the source messages")] = None,
+) -> EpisodeOut:
+    episode = service.get_episode(group_id, session_id, episode_id)
+    messages = service.episode_messages(group_id, episode) if expand == "messages" else None
+    return EpisodeOut(episode=episode, messages=messages)
+
+
+@v1.delete(
+    SESSION + "/episodes/{episode_id}",
+    tags=["episodes"],
+    dependencies=[ADMIN],
+    responses=error_responses(404),
+    summary="Delete one episode (its messages stay)",
+)
+def delete_episode(
+    group_id: GroupId, session_id: SessionId, episode_id: EpisodeIdPath, service: ServiceDep
+) -> DeletionOut:
+    return _deletion(service.delete_episode(group_id, session_id, episode_id))
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+_SEARCH_EXAMPLES = {
+    "simple": {"summary": "by meaning and keyword", "value": {"query": "Where did Caroline go hiking?", "k": 5}},
+    "scoped": {
+        "summary": "one session, last week, in time order, with messages",
+        "value": {
+            "query": "dog",
+            "session_ids": ["chat-1"],
+            "time": "last week",
+            "reference_time": "2023-05-15T00:00:00Z",
+            "order": "chronological",
+            "expand": True,
+        },
+    },
+}
+
+
+@v1.post(GROUP + "/search", tags=["recall"], dependencies=[READ], summary="Search the episodes of a group")
+def search(
+    group_id: GroupId, query: Annotated[SearchQuery, Body(openapi_examples=_SEARCH_EXAMPLES)], service: ServiceDep
+) -> SearchOut:
+    return SearchOut(hits=service.search(group_id, query))
+
+
+@v1.post(
+    GROUP + "/context",
+    tags=["recall"],
+    dependencies=[READ],
+    summary="A token-budgeted, cited context block for a prompt",
+)
+def context(
+    group_id: GroupId,
+    query: Annotated[
+        ContextQuery,
+        Body(openapi_examples={"rag": {"value": {"query": "What does Caroline like?", "token_budget": 500}}}),
+    ],
+    service: ServiceDep,
+) -> ContextResult:
+    return service.context(group_id, query)
+
+
+@v1.get(GROUP + "/timeline", tags=["recall"], dependencies=[READ], summary="Episodes in time order, paged")
+def timeline(
+    group_id: GroupId,
+    service: ServiceDep,
+    session_id: SessionIdQuery = None,
+    start: Annotated[UtcDatetime | None, Query(description="inclusive; ISO 8601 or epoch seconds")] = None,
+    end: Annotated[UtcDatetime | None, Query(description="exclusive; ISO 8601 or epoch seconds")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_TIMELINE_LIMIT)] = 50,
+    cursor: Annotated[str | None, Query(max_length=2000, description="`next_cursor` of the previous page")] = None,
+    order: Direction = Direction.ASC,
+) -> TimelinePage:
+    return service.timeline(
+        group_id, session_id=session_id, start=start, end=end, limit=limit, cursor=cursor, order=order
+    )
+
+
+# -- groups and sessions -----------------------------------------------------------------------
+
+
+@v1.put(GROUP, tags=["groups"], dependencies=[WRITE], summary="Create or replace a group's configuration")
+def put_group(group_id: GroupId, body: GroupConfigurationIn, service: ServiceDep) -> GroupConfiguration:
+    created = utc_now()
+    try:
+        created = service.get_group(group_id).created_at
+    except NotFoundError:
+        pass  # a new group: created now
+    config = GroupConfiguration(group_id=group_id, created_at=created, updated_at=utc_now(), **body.model_dump())
+    return service.put_group(config)
+
+
+@v1.get(GROUP, tags=["groups"], dependencies=[READ], responses=error_responses(404), summary="A group's configuration")
+def get_group(group_id: GroupId, service: ServiceDep) -> GroupConfiguration:
+    return service.get_group(group_id)
+
+
+@v1.delete(GROUP, tags=["groups"], dependencies=[ADMIN], summary="Delete a group and everything in it")
+def delete_group(group_id: GroupId, service: ServiceDep) -> DeletionOut:
+    return _deletion(service.delete_group(group_id))
+
+
+@v1.get(GROUP + "/sessions", tags=["sessions"], dependencies=[READ], summary="The sessions of a group")
+def list_sessions(group_id: GroupId, service: ServiceDep) -> SessionsOut:
+    return SessionsOut(sessions=service.list_sessions(group_id))
+
+
+@v1.put(SESSION, tags=["sessions"], dependencies=[WRITE], summary="Create or replace a session's metadata")
+def put_session(group_id: GroupId, session_id: SessionId, body: SessionInfoIn, service: ServiceDep) -> SessionInfo:
+    created = utc_now()
+    try:
+        created = service.get_session(group_id, session_id).created_at
+    except NotFoundError:
+        pass  # a new session: created now
+    info = SessionInfo(
+        group_id=group_id, session_id=session_id, created_at=created, updated_at=utc_now(), **body.model_dump()
+    )
+    return service.put_session(info)
+
+
+@v1.get(SESSION, tags=["sessions"], dependencies=[READ], responses=error_responses(404), summary="A session's metadata")
+def get_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> SessionInfo:
+    return service.get_session(group_id, session_id)
+
+
+@v1.delete(SESSION, tags=["sessions"], dependencies=[ADMIN], summary="Delete a session and everything in it")
+def delete_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> DeletionOut:
+    return _deletion(service.delete_session(group_id, session_id))
+
+
+# -- summaries, export, import -------------------------------------------------------------------
+
+
+@v1.post(GROUP + "/summaries", tags=["summaries"], dependencies=[WRITE], summary="Summarise recent episodes")
+def summaries(group_id: GroupId, body: SummariesIn, service: ServiceDep) -> EpisodesOut:
+    """Compacts the episodes of the last `days_back` days into summary episodes linked to every
+    source; nothing summarised is deleted."""
+    episodes = service.generate_summaries(
+        group_id,
+        days_back=body.days_back,
+        max_memories_per_summary=body.max_memories_per_summary,
+        session_id=body.session_id,
+        reference_time=body.reference_time,
+    )
+    return EpisodesOut(episodes=episodes)
+
+
+@v1.get(
+    GROUP + "/export",
+    tags=["export"],
+    dependencies=[ADMIN],
+    response_class=StreamingResponse,
+    responses={200: {"content": {"application/x-ndjson": {"schema": {"type": "string"}}}, "description": "JSON Lines"}},
+    summary="Export a group as JSON Lines",
+)
+def export_group(
+    group_id: GroupId,
+    service: ServiceDep,
+    include_embeddings: Annotated[bool, Query(description="also export the vectors")] = False,
+) -> StreamingResponse:
+    lines = iter(service.export_group(group_id, include_embeddings=include_embeddings))
+    # Pull the first line here so that errors (store down, bad input) still get a proper status.
+    first = next(lines, None)
+    head = [] if first is None else [first]
+    body = (line if line.endswith("\n") else line + "\n" for line in itertools.chain(head, lines))
+    return StreamingResponse(body, media_type="application/x-ndjson")
+
+
+@v1.post(
+    GROUP + "/import",
+    tags=["export"],
+    dependencies=[WRITE],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "JSON Lines as written by export (records of other groups are imported into this one)",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        }
+    },
+    summary="Import JSON Lines written by export (idempotent)",
+)
+async def import_group(group_id: GroupId, request: Request, service: ServiceDep) -> ImportOut:
+    raw = await request.body()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInputError("the import body is not UTF-8 text", details={"position": error.start}) from None
+    lines = [line for line in text.splitlines() if line.strip()]
+    receipt = await run_in_threadpool(service.import_group, lines, group_id=group_id)
+    return ImportOut(**asdict(receipt))
+
+
+# -- operations --------------------------------------------------------------------------------
+
+
+@ops.get("/healthz", summary="Liveness")
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@ops.get("/readyz", responses=error_responses(503), summary="Readiness: store reachable and model loaded")
+def readyz(request: Request, service: ServiceDep) -> Readiness:
+    service.store.heartbeat()
+    model = service.embedder.model_id
+    if not model:
+        raise StoreUnavailableError("the embedding model is not loaded")
+    return Readiness(status="ready", store="ok", model=model, recovering=bool(request.app.state.recovering))
+
+
+@ops.get(
+    "/metrics",
+    dependencies=[ADMIN],
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}, "description": "Prometheus"}},
+    summary="Prometheus metrics (admin key when keys are configured)",
+)
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

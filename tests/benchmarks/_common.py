@@ -1,0 +1,97 @@
+"""Shared helpers for the benchmark scripts: timing statistics, resident memory, output."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# The scripts run as files (python tests/benchmarks/x.py): make the repository importable.
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psutil  # noqa: E402
+
+LOCOMO = Path(os.environ.get("EPIMEM_LOCOMO", ROOT.parent / "shared" / "data" / "locomo-dev.json"))
+
+
+def rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+class PeakRss:
+    """Samples resident memory in a thread (every 20 ms) and keeps the peak."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.peak = rss_mb()
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        process = psutil.Process()
+        while not self._stop.is_set():
+            self.peak = max(self.peak, process.memory_info().rss / 2**20)
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb())
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    position = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[position]
+
+
+def summary(values_s: list[float]) -> dict[str, float]:
+    """Milliseconds: p50, p95, mean."""
+    ms = [v * 1000 for v in values_s]
+    return {"p50": percentile(ms, 50), "p95": percentile(ms, 95), "mean": statistics.fmean(ms) if ms else float("nan")}
+
+
+def timed(function: Callable[[], Any]) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = function()
+    return time.perf_counter() - started, result
+
+
+def interleaved(functions: dict[str, Callable[[int], Any]], rounds: int) -> dict[str, list[float]]:
+    """Run each function once per round, alternating, so machine noise hits all of them alike."""
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for index in range(rounds):
+        for name, function in functions.items():
+            started = time.perf_counter()
+            function(index)
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
+def line(label: str, **figures: Any) -> None:
+    parts = []
+    for key, value in figures.items():
+        parts.append(f"{key}={value:.3g}" if isinstance(value, float) else f"{key}={value}")
+    print(f"{label:<34} " + "  ".join(parts), flush=True)
+
+
+def heading(text: str) -> None:
+    print(f"\n== {text}", flush=True)

@@ -1,0 +1,244 @@
+"""Many partitions, measured: N sessions x M episodes of one group created through the store.
+
+Reports creation time per partition (each vector goes to its partition AND the group index),
+peak and final resident memory, session-scoped and group-wide search latency (facade and raw
+Chroma), then restarts as a fresh "server" process (the facade on the same data folder) that
+touches every partition with a session-scoped search and reports its resident memory.
+
+    python tests/benchmarks/partitions.py            # full: 1,000 sessions x 20 episodes
+    python tests/benchmarks/partitions.py --quick    # short form: 20 x 20
+    python tests/benchmarks/partitions.py --hnsw-cache 0   # Chroma's default cache (the naive configuration)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import numpy as np
+
+from memory.models import BoundaryReason, Episode, GenerationMethod
+from memory.settings import Settings
+from memory.store import ChromaStore, VectorRecord, episode_metadata, index_name, partition_name
+
+GROUP = "bench-group"
+DIMENSION = 384
+WORDS = (
+    "garden painting concert hiking recipe camping museum guitar marathon adoption pottery "
+    "birthday vacation beach library festival workshop interview promotion bakery puppy "
+    "sunset mountain river career school friendship charity volunteer novel poetry yoga "
+    "photography bicycle tournament chess gallery dance wedding family support counseling"
+).split()
+NAMES = ["Caroline", "Melanie", "Jon", "Gina", "John", "Maria", "Tim", "Audrey", "Andrew", "Joanna"]
+
+
+def session_id(number: int) -> str:
+    return f"session-{number:05d}"
+
+
+def episode_text(rng: random.Random) -> tuple[str, str]:
+    words = rng.sample(WORDS, 3)
+    who = rng.sample(NAMES, 2)
+    title = f"{who[0]} and {who[1]} talk about {words[0]}"
+    content = (
+        f"{who[0]} told {who[1]} about the {words[0]} and the {words[1]}; "
+        f"{who[1]} mentioned a {words[2]} planned for next month."
+    )
+    return title, content
+
+
+def make_records(number: int, episodes: int, rng: random.Random, nprng: np.random.Generator) -> list[VectorRecord]:
+    vectors = nprng.standard_normal((episodes, DIMENSION)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    start = datetime(2023, 1, 1, tzinfo=UTC) + timedelta(days=number % 365)
+    records = []
+    for index in range(episodes):
+        title, content = episode_text(rng)
+        episode = Episode(
+            uuid=f"ep-{number:05d}-{index:03d}",
+            title=title,
+            content=content,
+            timestamp=start + timedelta(minutes=10 * index),
+            group_id=GROUP,
+            session_id=session_id(number),
+            message_count=2,
+            source_message_ids=(f"m{index}a", f"m{index}b"),
+            boundary_reason=BoundaryReason.FLUSH,
+            generation=GenerationMethod.OFFLINE,
+        )
+        records.append(
+            VectorRecord(
+                id=episode.uuid, document=content, metadata=episode_metadata(episode), embedding=vectors[index]
+            )
+        )
+    return records
+
+
+def build(store: ChromaStore, sessions: int, episodes: int, *, seed: int = 7) -> dict[str, Any]:
+    """Create the partitions; returns creation timings and memory."""
+    rng = random.Random(seed)
+    nprng = np.random.default_rng(seed)
+    store.register_group(GROUP)
+    times: list[float] = []
+    with c.PeakRss() as peak:
+        for number in range(sessions):
+            records = make_records(number, episodes, rng, nprng)
+            started = time.perf_counter()
+            store.upsert_vectors(GROUP, session_id(number), records)
+            times.append(time.perf_counter() - started)
+    return {"creation": c.summary(times), "total_s": sum(times), "peak_rss_mb": peak.peak, "rss_after_mb": c.rss_mb()}
+
+
+def query_texts(count: int, seed: int = 11) -> list[str]:
+    rng = random.Random(seed)
+    return [f"when did {rng.choice(NAMES)} go to the {rng.choice(WORDS)} {index}" for index in range(count)]
+
+
+def search_latencies(service: Any, sessions: int, queries: int) -> dict[str, dict[str, float]]:
+    """Facade search vs one raw Chroma query (query embedding included in both, no cache hits)."""
+    store: ChromaStore = service.store
+    client = store._client  # noqa: SLF001 - the raw floor is the same client's query
+    embedder = service.embedder
+    rng = random.Random(3)
+    texts = query_texts(queries * 4)
+    partitions = [rng.randrange(sessions) for _ in range(queries)]
+    index = client.get_collection(index_name(GROUP))
+    service.search(GROUP, "warm-up query", k=10)  # builds the group's keyword index once
+
+    def raw(collection_name: str, text: str) -> None:
+        vector = embedder.embed_batch([text])[0]
+        client.get_collection(collection_name).query(
+            query_embeddings=[vector], n_results=10, include=["documents", "metadatas", "distances"]
+        )
+
+    times = c.interleaved(
+        {
+            "session_facade": lambda i: service.search(GROUP, texts[i], k=10, session_ids=[session_id(partitions[i])]),
+            "session_raw": lambda i: raw(partition_name(GROUP, session_id(partitions[i])), texts[queries + i]),
+            "group_facade": lambda i: service.search(GROUP, texts[2 * queries + i], k=10),
+            "group_raw": lambda i: index.query(
+                query_embeddings=[embedder.embed_batch([texts[3 * queries + i]])[0]],
+                n_results=10,
+                include=["documents", "metadatas", "distances"],
+            ),
+        },
+        queries,
+    )
+    return {name: c.summary(values) for name, values in times.items()}
+
+
+def server_touch(data_dir: Path, sessions: int, hnsw_cache: int, max_open: int) -> dict[str, Any]:
+    """In this process: a fresh service on the data folder touches every partition once."""
+    from api.facade import Epimem
+
+    before = c.rss_mb()
+    service = Epimem.from_settings(
+        data_dir=data_dir, background=False, chroma_hnsw_cache=hnsw_cache, chroma_max_open=max_open
+    )
+    loaded = c.rss_mb()
+    texts = query_texts(sessions)
+    times = []
+    with c.PeakRss() as peak:
+        for number in range(sessions):
+            started = time.perf_counter()
+            service.search(GROUP, texts[number], k=5, session_ids=[session_id(number)])
+            times.append(time.perf_counter() - started)
+        group = [c.timed(lambda t=t: service.search(GROUP, t, k=10))[0] for t in texts[:20]]
+    return {
+        "rss_start_mb": before,
+        "rss_model_loaded_mb": loaded,
+        "rss_after_touch_mb": c.rss_mb(),
+        "peak_rss_mb": peak.peak,
+        "session_search": c.summary(times),
+        "group_search": c.summary(group),
+        "open_handles": service.store.open_collections,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short form (20 sessions)")
+    parser.add_argument("--full", action="store_true", help="full sizes (the default)")
+    parser.add_argument("--sessions", type=int)
+    parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--queries", type=int)
+    parser.add_argument("--hnsw-cache", type=int, help="vector indexes Chroma keeps loaded (0 = Chroma's default)")
+    parser.add_argument("--max-open", type=int, help="collection handles kept open; default: settings")
+    parser.add_argument("--data-dir", type=Path, help="keep the data here (default: a temporary folder)")
+    parser.add_argument("--serve-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    defaults = Settings()
+    hnsw_cache = defaults.chroma_hnsw_cache if args.hnsw_cache is None else args.hnsw_cache
+    max_open = defaults.chroma_max_open if args.max_open is None else args.max_open
+    sessions = args.sessions or (20 if args.quick else 1000)
+    queries = args.queries or (10 if args.quick else 100)
+
+    if args.serve_only:
+        assert args.data_dir is not None
+        print("JSON " + json.dumps(server_touch(args.data_dir, sessions, hnsw_cache, max_open)))
+        return
+
+    with tempfile.TemporaryDirectory(prefix="epimem-partitions-") as scratch:
+        data_dir = args.data_dir or Path(scratch)
+        from api.facade import Epimem
+
+        rss_start = c.rss_mb()
+        service = Epimem.from_settings(
+            data_dir=data_dir, background=False, chroma_hnsw_cache=hnsw_cache, chroma_max_open=max_open
+        )
+        rss_loaded = c.rss_mb()
+        c.heading(
+            f"partitions: {sessions} sessions x {args.episodes} episodes, hnsw cache {hnsw_cache}, max_open {max_open}"
+        )
+        c.line("rss before / model+store loaded MB", before=rss_start, loaded=rss_loaded)
+        built = build(service.store, sessions, args.episodes)
+        c.line(
+            "creation per partition (ms)",
+            p50=built["creation"]["p50"],
+            p95=built["creation"]["p95"],
+            mean=built["creation"]["mean"],
+            total_s=built["total_s"],
+        )
+        c.line("rss during/after creation MB", peak=built["peak_rss_mb"], after=built["rss_after_mb"])
+        latencies = search_latencies(service, sessions, queries)
+        for name, figures in latencies.items():
+            c.line(f"search {name} (ms)", **figures)
+        c.line(
+            "ratio facade/raw p50 (p95)",
+            session=latencies["session_facade"]["p50"] / latencies["session_raw"]["p50"],
+            session_p95=latencies["session_facade"]["p95"] / latencies["session_raw"]["p95"],
+            group=latencies["group_facade"]["p50"] / latencies["group_raw"]["p50"],
+            group_p95=latencies["group_facade"]["p95"] / latencies["group_raw"]["p95"],
+        )
+        service.close()
+        del service
+
+        # A fresh process, like a restarted server: opens the facade, touches every partition.
+        command = [sys.executable, __file__, "--serve-only", "--data-dir", str(data_dir), "--sessions", str(sessions)]
+        command += ["--hnsw-cache", str(hnsw_cache), "--max-open", str(max_open)]
+        output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        served = json.loads(next(row[5:] for row in output.splitlines() if row.startswith("JSON ")))
+        c.heading(f"fresh server process touching all {sessions} partitions")
+        c.line(
+            "rss start / loaded / after MB",
+            start=served["rss_start_mb"],
+            loaded=served["rss_model_loaded_mb"],
+            after=served["rss_after_touch_mb"],
+            peak=served["peak_rss_mb"],
+        )
+        c.line("session search, cold partitions (ms)", **served["session_search"])
+        c.line("group search (ms)", **served["group_search"])
+        c.line("open collection handles", handles=served["open_handles"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Context for RAG: budget never exceeded (both measures), honest citations, chronological pieces."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from api.facade import Epimem
+from retrieval.context import HEADER
+from retrieval.types import ContextQuery
+
+T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+LINES = [
+    "I went to a LGBTQ support group yesterday and it was so powerful.",
+    "That's great! I painted a sunset over the lake last weekend.",
+    "My kids loved the pottery class, we made little clay bowls.",
+    "I'm researching adoption agencies, I want to give a child a loving home.",
+    "We camped in the mountains and watched the Perseid meteor shower.",
+    "I started running again, 5 km every morning before work.",
+]
+
+
+def fill(service: Epimem, group_id: str, sessions: int = 3) -> dict[str, str]:
+    """A few sessions a week apart; returns message id -> content."""
+    contents = {}
+    for s in range(sessions):
+        messages = []
+        for i, line in enumerate(LINES):
+            message_id = f"s{s}-m{i}"
+            content = f"{line} (week {s})"
+            contents[message_id] = content
+            messages.append(
+                {
+                    "id": message_id,
+                    "content": content,
+                    "producer_id": ["Caroline", "Melanie"][i % 2],
+                    "timestamp": (T0 + timedelta(days=7 * s, minutes=i)).isoformat(),
+                }
+            )
+        service.add_messages(group_id, f"session-{s}", messages)
+        service.flush(group_id, f"session-{s}")
+    return contents
+
+
+def check(result_text: str, citations: list, tokens: int, budget: int, contents: dict[str, str]) -> None:
+    assert tokens <= budget
+    assert math.ceil(len(result_text) / 4) <= budget
+    if not citations:
+        assert result_text == "" and tokens == 0
+        return
+    assert result_text.startswith(HEADER)
+    stamps = [c.timestamp for c in citations]
+    assert stamps == sorted(stamps)  # chronological
+    cited = [m for c in citations for m in c.message_ids]
+    assert len(cited) == len(set(cited))
+    for citation in citations:
+        assert citation.message_ids and citation.session_id.startswith("session-")
+        for message_id in citation.message_ids:
+            assert contents[message_id] in result_text  # honest: the cited text is there verbatim
+    # Each piece carries its absolute date.
+    dates = re.findall(r"^\[(\d{1,2} \w+ \d{4}), \d\d:\d\d UTC\]", result_text, flags=re.M)
+    assert len(dates) == len(citations)
+
+
+def test_context_shape_and_content(service: Epimem, group_id: str) -> None:
+    contents = fill(service, group_id)
+    result = service.context(group_id, "What did Melanie paint?", token_budget=300)
+    check(result.text, result.citations, result.tokens, 300, contents)
+    assert "painted a sunset" in result.text
+    assert result.tokens == service.context_builder.count(result.text)
+    # Everything fits into a large budget, and a scope keeps the rest out.
+    whole = service.context(group_id, "weekly life", token_budget=5000)
+    assert {m for c in whole.citations for m in c.message_ids} == set(contents)
+    scoped = service.context(group_id, "weekly life", token_budget=5000, session_ids=["session-1"])
+    assert {c.session_id for c in scoped.citations} == {"session-1"}
+    windowed = service.context(
+        group_id, "weekly life", token_budget=5000, start=T0 + timedelta(days=10), end=T0 + timedelta(days=20)
+    )
+    assert {c.session_id for c in windowed.citations} == {"session-2"}
+
+
+def test_context_of_an_empty_group_is_empty(service: Epimem, group_id: str) -> None:
+    result = service.context(group_id, "anything", token_budget=100)
+    assert result.text == "" and result.citations == [] and result.tokens == 0
+
+
+def test_budget_is_never_exceeded(service: Epimem, group_id: str) -> None:
+    contents = fill(service, group_id)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(
+        budget=st.integers(min_value=16, max_value=1500),
+        query=st.sampled_from(["painting", "adoption agency", "running every morning", "meteor shower camping"]),
+    )
+    def prop(budget: int, query: str) -> None:
+        result = service.context(group_id, ContextQuery(query=query, token_budget=budget))
+        check(result.text, result.citations, result.tokens, budget, contents)
+
+    prop()

@@ -1,0 +1,57 @@
+"""The LoCoMo benchmark in short: one conversation cut to its first sessions, through the real pipeline.
+
+The full run is `python tests/benchmarks/locomo.py` (see the README); this asserts the pipeline runs
+end to end and that the context builder is sane and ahead of the BM25 single-turn baseline.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from api.facade import Epimem
+from memory.embedding import SentenceTransformerEmbedder
+
+sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
+import locomo  # noqa: E402
+
+SESSIONS = 4
+
+
+def short_sample() -> locomo.Sample:
+    if not locomo.LOCOMO.exists():
+        pytest.fail(f"the LoCoMo dev file is missing: {locomo.LOCOMO} (set EPIMEM_LOCOMO)")
+    sample = locomo.load_samples(locomo.LOCOMO, ["conv-30"])[0]
+    kept = list(sample.locomo.sessions)[:SESSIONS]
+    numbers = {name.split("_")[1] for name in kept}
+    parsed = replace(
+        sample.locomo,
+        sessions={name: sample.locomo.sessions[name] for name in kept},
+        questions=[
+            q
+            for q in sample.locomo.questions
+            if q.category != 5 and q.evidence and all(e[1:].split(":")[0] in numbers for e in q.evidence)
+        ],
+    )
+    turns = [t for t in sample.turns if t.dia_id[1:].split(":")[0] in numbers]
+    return locomo.Sample(parsed, turns)
+
+
+def test_locomo_short(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+    sample = short_sample()
+    assert len(sample.locomo.questions) >= 10
+    service = Epimem.from_settings(data_dir=tmp_path, background=False, embedder=embedder)
+    try:
+        ours = locomo.service_recall(service, [sample], budgets=(300, 600))
+    finally:
+        service.close()
+    bm25 = locomo.baseline_recall([sample], "bm25", budgets=(300, 600))
+    assert ours.mean(300) > 0.5
+    assert ours.mean(600) >= ours.mean(300)
+    assert ours.mean(300) > bm25.mean(300) and ours.mean(600) > bm25.mean(600)
+    assert ours.mean(("session", 3)) > 0.6
+    table = locomo.recall_table({"epimem": ours, "bm25": bm25}, budgets=(300, 600))
+    assert "| epimem |" in table
