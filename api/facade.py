@@ -289,6 +289,7 @@ class Epimem:
         return config
 
     def put_session(self, info: SessionInfo) -> SessionInfo:
+        _not_reserved(info.session_id)
         self.store.put_session_info(info)
         return info
 

@@ -188,24 +188,27 @@ class Searcher:
         return hits
 
     def drop_near_duplicates(self, group_id: str, hits: list[SearchHit], *, limit: int) -> list[SearchHit]:
-        """Keep hits in order, dropping any whose episode repeats a kept one: the same normalised
-        text, or an episode vector with cosine >= DUPLICATE_COSINE to a kept one."""
+        """Keep hits in order, dropping any whose episode repeats a kept one of the same type: the
+        same text (case and whitespace folded), or an episode vector with cosine >= DUPLICATE_COSINE."""
         window = hits[: limit * 2]
         records = self._store.get_vectors(group_id, ids=[hit.episode.uuid for hit in window], include_embeddings=True)
         vectors = {record.id: record.embedding for record in records if record.embedding is not None}
         kept: list[SearchHit] = []
-        kept_vectors: list[np.ndarray] = []
-        fingerprints: set[str] = set()
+        # Per episode type: a summary is never the duplicate of an episode it compacts.
+        kept_vectors: dict[str, list[np.ndarray]] = defaultdict(list)
+        fingerprints: set[tuple[str, str]] = set()
         for hit in window:
-            fingerprint = " ".join(hit.episode.content.lower().split())
+            kind = hit.episode.episode_type.value
+            fingerprint = (kind, " ".join(hit.episode.content.lower().split()))
             if fingerprint in fingerprints:
                 continue
             vector = vectors.get(hit.episode.uuid)
             if vector is not None:
-                unit = vector / (float(np.linalg.norm(vector)) or 1.0)
-                if kept_vectors and float(np.max(np.stack(kept_vectors) @ unit)) >= DUPLICATE_COSINE:
+                direction = unit(vector)
+                same_kind = kept_vectors[kind]
+                if same_kind and float(np.max(np.stack(same_kind) @ direction)) >= DUPLICATE_COSINE:
                     continue
-                kept_vectors.append(unit)
+                same_kind.append(direction)
             fingerprints.add(fingerprint)
             kept.append(hit)
             if len(kept) >= limit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memory.models import Episode, Message, ScopeId, UtcDatetime
 
@@ -35,6 +35,12 @@ class Scope(BaseModel):
     time: str | None = Field(default=None, max_length=200, description="e.g. 'last week', 'in March 2023'")
     reference_time: UtcDatetime | None = Field(default=None, description="what 'now' means for `time`")
     timezone: str = Field(default="UTC", max_length=64)
+
+    @model_validator(mode="after")
+    def _window_is_ordered(self) -> Scope:
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise ValueError("start must be before end")
+        return self
 
 
 class SearchQuery(Scope):

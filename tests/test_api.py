@@ -302,6 +302,7 @@ def test_health_readiness_request_ids_and_openapi(local_app: Callable[..., TestC
     assert "ErrorBody" in schema["components"]["schemas"]
 
 
+@pytest.mark.slow  # starts its own process (model load / a Chroma server)
 def test_store_unavailable_is_503_with_retry_after(
     tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
 ) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from conftest import free_port
 from typer.testing import CliRunner
 
@@ -134,6 +135,7 @@ def test_serve_refuses_to_leave_this_machine_without_keys(tmp_path: Path) -> Non
     assert embedded.exit_code == 2 and "Chroma server" in embedded.output
 
 
+@pytest.mark.slow  # starts its own process (model load / a Chroma server)
 def test_epimem_serve_answers_http(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "EPIMEM_DATA_DIR": str(tmp_path / "data"), "HF_HUB_OFFLINE": "1"}

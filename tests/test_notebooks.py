@@ -4,6 +4,7 @@ helpers they import (api.notebook) behave as documented."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -46,8 +47,9 @@ def test_the_notebooks_are_there_and_stored_without_outputs() -> None:
 
 
 def run_notebook(name: str) -> nbformat.NotebookNode:
-    """Execute every cell in order with the `python3` kernel (which jupyter_client starts with this
-    interpreter), in the notebooks folder, within the notebook's time budget."""
+    """Execute every cell in order with the `python3` kernel, in the notebooks folder, within the
+    notebook's time budget. The environment's kernelspec (argv "python", which jupyter_client runs
+    as this interpreter) is looked up first, ahead of any user-wide `python3` kernel."""
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     budget, _ = BUDGETS[name]
     client = NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}})
@@ -65,7 +67,9 @@ def run_notebook(name: str) -> nbformat.NotebookNode:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BUDGETS))
-def test_notebook_runs_top_to_bottom(name: str) -> None:
+def test_notebook_runs_top_to_bottom(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    own = str(Path(sys.prefix) / "share" / "jupyter")
+    monkeypatch.setenv("JUPYTER_PATH", os.pathsep.join(p for p in (own, os.environ.get("JUPYTER_PATH")) if p))
     nb = run_notebook(name)  # a cell that raises fails here with its traceback
     cells = code_cells(nb)
     assert all(cell.execution_count is not None for cell in cells)

@@ -147,3 +147,8 @@ def test_search_never_leaves_the_group(service: Epimem, group_id: str) -> None:
     assert result.citations and all(c.episode_id for c in result.citations)
     ours = {e.uuid for e in service.timeline(group_id, limit=100).episodes}
     assert {c.episode_id for c in result.citations} <= ours
+
+
+def test_window_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="start must be before end"):
+        SearchQuery(query="x", start=REF, end=T0)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
 import locomo  # noqa: E402
 
 SESSIONS = 4
+BUDGETS = (200, 300)  # tight for ~80 turns: where the ranking and packing matter
 
 
 def short_sample() -> locomo.Sample:
@@ -45,13 +46,13 @@ def test_locomo_short(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> 
     assert len(sample.locomo.questions) >= 10
     service = Epimem.from_settings(data_dir=tmp_path, background=False, embedder=embedder)
     try:
-        ours = locomo.service_recall(service, [sample], budgets=(300, 600))
+        ours = locomo.service_recall(service, [sample], budgets=BUDGETS)
     finally:
         service.close()
-    bm25 = locomo.baseline_recall([sample], "bm25", budgets=(300, 600))
-    assert ours.mean(300) > 0.5
-    assert ours.mean(600) >= ours.mean(300)
-    assert ours.mean(300) > bm25.mean(300) and ours.mean(600) > bm25.mean(600)
+    bm25 = locomo.baseline_recall([sample], "bm25", budgets=BUDGETS)
+    assert ours.mean(200) > 0.5
+    assert ours.mean(300) >= ours.mean(200)
+    assert all(ours.mean(b) > bm25.mean(b) for b in BUDGETS)
     assert ours.mean(("session", 3)) > 0.6
-    table = locomo.recall_table({"epimem": ours, "bm25": bm25}, budgets=(300, 600))
+    table = locomo.recall_table({"epimem": ours, "bm25": bm25}, budgets=BUDGETS)
     assert "| epimem |" in table
