@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -150,15 +151,32 @@ def _start_bounded_system(settings: ChromaSettings, hnsw_cache: int) -> None:
         SharedSystemClient._identifier_to_system[identifier] = system
 
 
+_INTERNAL_RETRIES = 3
+
+
 def _store_call(function: Callable[P, R]) -> Callable[P, R]:
-    """Map transport failures of a Chroma server to StoreUnavailableError (HTTP 503, retryable)."""
+    """Map transport failures of a Chroma server to StoreUnavailableError (HTTP 503, retryable).
+
+    Chroma's embedded engine occasionally fails a read under concurrent writes with an
+    ``InternalError`` ("Error creating hnsw segment reader: Nothing found on disk"); the same
+    call succeeds moments later. Such calls are retried a few times (every store write is an
+    idempotent upsert/insert), then reported as 503 rather than as a server error.
+    """
 
     @functools.wraps(function)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return function(*args, **kwargs)
-        except (httpx.TransportError, ConnectionError, TimeoutError) as error:
-            raise StoreUnavailableError(f"the vector store is unavailable: {error}") from error
+        for attempt in range(_INTERNAL_RETRIES + 1):
+            try:
+                return function(*args, **kwargs)
+            except (httpx.TransportError, ConnectionError, TimeoutError) as error:
+                raise StoreUnavailableError(f"the vector store is unavailable: {error}") from error
+            except chromadb.errors.InternalError as error:
+                if attempt == _INTERNAL_RETRIES:
+                    raise StoreUnavailableError(
+                        f"the vector store failed internally: {error}", retry_after=1
+                    ) from error
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError("unreachable")
 
     return wrapper
 

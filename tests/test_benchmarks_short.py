@@ -35,9 +35,10 @@ EXPECTED = {
         "query embedding hit (ms)",
     ],
     "ingest.py": ["ingest (s)", "texts embedded", "encode-only (s)", "ratio ingest / encode-only"],
-    "embedding_backends.py": ["onnx-int8", "agreement with PyTorch", "recall@10"],
 }
-NEEDS_LOCOMO = {"ingest.py", "embedding_backends.py"}
+# embedding_backends.py is not run here: its ONNX export alone takes minutes on 2 cores. The
+# backends' correctness is tested in tests/test_embedding_backends.py; the script is run by hand.
+NEEDS_LOCOMO = {"ingest.py"}
 
 
 @pytest.mark.slow

@@ -239,6 +239,10 @@ def report(stats: Stats, elapsed: float, checks: dict[str, int], args: argparse.
         )
     print(f"throughput (req/s): {total / elapsed:.1f}   total requests: {total}")
     print(f"5xx: {fivexx}   4xx: {other}   transport errors: {sum(stats.transport_errors.values())}")
+    if fivexx or other or stats.transport_errors:
+        print(
+            "errors:", {f"{r} {c}": n for (r, c), n in stats.statuses.items() if c >= 400}, dict(stats.transport_errors)
+        )
     print(
         f"acknowledged messages checked: {checks['checked']}   lost: {checks['lost']}   "
         f"in two episodes: {checks['duplicated']}   episode sources not in history: {checks['orphaned']}"
@@ -286,7 +290,10 @@ def main() -> int:
         figures = report(stats, elapsed, checks, args)
     finally:
         cluster.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if os.environ.get("EPIMEM_LOAD_KEEP"):
+            print(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     healthy = figures["5xx"] == 0 and not figures["transport_errors"]
