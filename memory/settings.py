@@ -19,9 +19,13 @@ class Settings(BaseSettings):
     chroma_port: int = Field(default=8000, ge=1, le=65535)
     chroma_ssl: bool = False
     chroma_hnsw_cache: int = Field(
-        default=64,
+        default=0,
         ge=0,
-        description="Vector indexes (partitions) embedded Chroma keeps loaded; 0 = Chroma's default (unbounded).",
+        description=(
+            "Vector indexes (partitions) embedded Chroma keeps loaded; 0 = Chroma's default (unbounded). "
+            "Experimental: with chromadb 1.5.9 a bound makes reads of evicted, recently written partitions fail "
+            "('Nothing found on disk'), so it is off by default."
+        ),
     )
     chroma_max_open: int = Field(
         default=256, ge=1, description="Collection handles the store keeps open (least recently used closed first)."
