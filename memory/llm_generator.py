@@ -13,7 +13,7 @@ from memory.errors import InvalidInputError
 from memory.generation import GeneratorStats
 from memory.llm import JsonReply, LLMClient, LLMError, Usage
 from memory.models import Episode, GenerationMethod, Message, Segment
-from memory.offline import generate_offline_episode, offline_title
+from memory.offline import episode_from_segment, generate_offline_episode, offline_title
 from memory.prompts import PROMPT_VERSION, episode_messages
 from memory.timeutil import parse_timestamp, utc_now
 
@@ -138,21 +138,15 @@ class LLMEpisodeGenerator:
             log.warning("LLM episode rejected (%s); fallback episode", error.message)
             return self._fallback(segment, group_id=group_id, session_id=session_id, episode_id=episode_id)
         self._record_reply(reply, repairs=len(fields.repairs))
-        first = segment.messages[0]
-        return Episode(
-            uuid=episode_id,
+        return episode_from_segment(
+            segment,
+            group_id=group_id,
+            session_id=session_id,
+            episode_id=episode_id,
             title=fields.title,
             content=fields.content,
             timestamp=fields.timestamp,
-            created_at=utc_now(),
-            group_id=group_id,
-            session_id=session_id,
-            producer_id=first.producer_id,
-            produced_for_id=first.produced_for_id,
-            source_message_ids=segment.message_ids,
-            message_count=len(segment.messages),
-            boundary_reason=segment.boundary_reason,
-            generation=GenerationMethod.LLM,
+            method=GenerationMethod.LLM,
         )
 
     def stats(self) -> GeneratorStats:

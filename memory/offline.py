@@ -176,12 +176,37 @@ def generate_offline_episode(
     episode_id: str,
     method: GenerationMethod = GenerationMethod.OFFLINE,
 ) -> Episode:
-    first = segment.messages[0]
-    return Episode(
-        uuid=episode_id,
+    return episode_from_segment(
+        segment,
+        group_id=group_id,
+        session_id=session_id,
+        episode_id=episode_id,
         title=offline_title(segment),
         content=offline_content(segment),
         timestamp=segment.earliest,
+        method=method,
+    )
+
+
+def episode_from_segment(
+    segment: Segment,
+    *,
+    group_id: str,
+    session_id: str,
+    episode_id: str,
+    title: str,
+    content: str,
+    timestamp: datetime,
+    method: GenerationMethod,
+) -> Episode:
+    """The episode of a segment, whoever wrote its title and content: scope, sources and counts
+    always come from the segment itself."""
+    first = segment.messages[0]
+    return Episode(
+        uuid=episode_id,
+        title=title,
+        content=content,
+        timestamp=timestamp,
         created_at=utc_now(),
         group_id=group_id,
         session_id=session_id,
