@@ -13,6 +13,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from memory.connection import open_connection
 from memory.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
 from memory.embedding import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError, NotFoundError
@@ -34,7 +35,7 @@ from memory.models import (
 )
 from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.settings import Settings
-from memory.store import ChromaStore, DeletionReceipt, episode_from_record, open_client
+from memory.store import ChromaStore, DeletionReceipt, episode_from_record
 from memory.summaries import GROUP_SUMMARY_SESSION, Summariser
 from memory.timeutil import to_utc, utc_now
 from memory.transfer import ImportReceipt, import_group, read_export
@@ -103,7 +104,8 @@ class Epimem:
         )
         self.coordinator = coordinator
         self.searcher = Searcher(store=store, embedder=embedder)
-        self.context_builder = ContextBuilder(searcher=self.searcher, count_tokens=embedder.count_tokens)
+        wordpieces = embedder.count_tokens if settings.context_token_count == "wordpieces" else None
+        self.context_builder = ContextBuilder(searcher=self.searcher, count_wordpieces=wordpieces)
         # Lifecycle operations hold a group exclusively; adds hold it shared (memory.lifecycle).
         self.gate = GroupGate()
         self.summariser = Summariser(
@@ -140,15 +142,16 @@ class Epimem:
             batch_size=settings.embedding_batch_size,
             cache_size=settings.embedding_cache_size,
         )
-        client = open_client(
+        connection = open_connection(
             data_dir=settings.data_dir,
             host=settings.chroma_host,
             port=settings.chroma_port,
             ssl=settings.chroma_ssl,
-            hnsw_cache=settings.chroma_hnsw_cache,
             timeout_s=settings.chroma_timeout_s,
+            recycle_after=settings.chroma_recycle_after,
+            max_open=settings.chroma_max_open,
         )
-        store = ChromaStore(client=client, model_id=embedder.model_id, max_open=settings.chroma_max_open)
+        store = ChromaStore(connection=connection, model_id=embedder.model_id)
         generator = build_generator(settings)
         return cls(
             settings=settings,

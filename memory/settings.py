@@ -18,13 +18,13 @@ class Settings(BaseSettings):
     chroma_host: str | None = None
     chroma_port: int = Field(default=8000, ge=1, le=65535)
     chroma_ssl: bool = False
-    chroma_hnsw_cache: int = Field(
-        default=0,
+    chroma_recycle_after: int = Field(
+        default=32,
         ge=0,
         description=(
-            "Vector indexes (partitions) embedded Chroma keeps loaded; 0 = Chroma's default (unbounded). "
-            "Experimental: with chromadb 1.5.9 a bound makes reads of evicted, recently written partitions fail "
-            "('Nothing found on disk'), so it is off by default."
+            "Embedded Chroma keeps every vector index it loaded in memory (~2.7 MB per partition): after this "
+            "many collections touched, the store restarts the embedded engine between calls to release them "
+            "(0 = never). Ignored with a Chroma server."
         ),
     )
     chroma_max_open: int = Field(
@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     embedding_backend: Literal["torch", "onnx", "onnx-int8"] = "torch"
     embedding_batch_size: int = Field(default=64, ge=1, le=4096)
     embedding_cache_size: int = Field(default=4096, ge=0)
+
+    # Context token budgets: "wordpieces" = max(ceil(characters / 4), the bundled tokenizer's wordpieces);
+    # "chars" = ceil(characters / 4) only (the LoCoMo protocol's measure). LoCoMo recall is the same with both.
+    context_token_count: Literal["chars", "wordpieces"] = "wordpieces"
 
     # LLM: no base URL and no key = offline episode generator.
     llm_base_url: str | None = None

@@ -20,21 +20,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import chromadb
 import httpx
 import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
-from chromadb.config import Settings as ChromaSettings
 
+from memory.connection import ChromaConnection
 from memory.errors import ModelMismatchError, StoreUnavailableError
 from memory.models import (
     BoundaryReason,
@@ -89,72 +86,10 @@ def session_record_id(session_id: str) -> str:
 GROUP_RECORD_ID = "group"
 
 
-def open_client(
-    *,
-    data_dir: Path,
-    host: str | None,
-    port: int,
-    ssl: bool = False,
-    hnsw_cache: int = 0,
-    timeout_s: float = 10.0,
-) -> ClientAPI:
-    """Embedded PersistentClient under ``data_dir/chroma`` unless a server host is given."""
-    if host:
-        try:
-            client = chromadb.HttpClient(
-                host=host, port=port, ssl=ssl, settings=ChromaSettings(anonymized_telemetry=False)
-            )
-        except (httpx.TransportError, ValueError, ConnectionError) as error:
-            raise StoreUnavailableError(f"cannot reach the Chroma server at {host}:{port}: {error}") from error
-        # chromadb's HTTP session has no timeout at all: a hung server would hang every request.
-        session = getattr(getattr(client, "_server", None), "_session", None)
-        if isinstance(session, httpx.Client):
-            session.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0))
-        return client
-    path = Path(data_dir) / "chroma"
-    path.mkdir(parents=True, exist_ok=True)
-    settings = ChromaSettings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path))
-    if hnsw_cache:
-        _start_bounded_system(settings, hnsw_cache)
-    return chromadb.PersistentClient(path=str(path), settings=settings)
-
-
-_SYSTEM_LOCK = threading.Lock()
-
-
-def _start_bounded_system(settings: ChromaSettings, hnsw_cache: int) -> None:
-    """Start the embedded Chroma system with at most ``hnsw_cache`` vector indexes loaded.
-
-    chromadb 1.x runs embedded through its Rust bindings, which ignore the old
-    ``chroma_segment_cache_policy``/``chroma_memory_limit_bytes`` settings and keep up to
-    RLIMIT_NOFILE / 5 HNSW indexes in memory (4,000 here: ~2.7 MB per touched partition, never
-    released). The bindings take that count at start, so we start the system ourselves with a
-    smaller one and register it where PersistentClient looks for the system of this path
-    (measured by tests/benchmarks/partitions.py).
-    """
-    from chromadb.api import ServerAPI
-    from chromadb.api.rust import RustBindingsAPI
-    from chromadb.api.shared_system_client import SharedSystemClient
-    from chromadb.config import System
-    from chromadb.telemetry.product import ProductTelemetryClient
-
-    identifier = str(settings.persist_directory)
-    with _SYSTEM_LOCK:
-        if identifier in SharedSystemClient._identifier_to_system:
-            return  # already running in this process: it keeps its own bound
-        system = System(settings)
-        system.instance(ProductTelemetryClient)  # type: ignore[type-abstract]  # as chromadb itself does
-        api = system.instance(ServerAPI)  # type: ignore[type-abstract]
-        if isinstance(api, RustBindingsAPI):
-            api.hnsw_cache_size = min(api.hnsw_cache_size, hnsw_cache)
-        system.start()
-        SharedSystemClient._identifier_to_system[identifier] = system
-
-
 _INTERNAL_RETRIES = 3
 
 
-def _store_call(function: Callable[P, R]) -> Callable[P, R]:
+def _store_call(function: Callable[Concatenate[ChromaStore, P], R]) -> Callable[Concatenate[ChromaStore, P], R]:
     """Map transport failures of a Chroma server to StoreUnavailableError (HTTP 503, retryable).
 
     Chroma's embedded engine occasionally fails a read under concurrent writes with an
@@ -164,10 +99,11 @@ def _store_call(function: Callable[P, R]) -> Callable[P, R]:
     """
 
     @functools.wraps(function)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(store: ChromaStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         for attempt in range(_INTERNAL_RETRIES + 1):
             try:
-                return function(*args, **kwargs)
+                with store.connection.call():
+                    return function(store, *args, **kwargs)
             except (httpx.TransportError, ConnectionError, TimeoutError) as error:
                 raise StoreUnavailableError(f"the vector store is unavailable: {error}") from error
             except chromadb.errors.InternalError as error:
@@ -358,14 +294,15 @@ def _stored_from_log(group_id: str, document: str, metadata: dict[str, Any]) -> 
 
 
 class ChromaStore:
-    """All persistence of epimem. Thread-safe; holds at most ``max_open`` collection handles."""
+    """All persistence of epimem. Thread-safe; collection handles are cached by the connection."""
 
-    def __init__(self, *, client: ClientAPI, model_id: str, max_open: int = 256) -> None:
-        self._client = client
+    def __init__(self, *, connection: ChromaConnection, model_id: str) -> None:
+        self.connection = connection
         self._model_id = model_id
-        self._max_open = max_open
-        self._open: OrderedDict[str, Collection] = OrderedDict()
-        self._lock = threading.RLock()
+
+    @property
+    def _client(self) -> ClientAPI:
+        return self.connection.client
 
     @property
     def model_id(self) -> str:
@@ -373,7 +310,7 @@ class ChromaStore:
 
     @property
     def open_collections(self) -> int:
-        return len(self._open)
+        return len(self.connection.cached())
 
     @_store_call
     def heartbeat(self) -> None:
@@ -382,34 +319,29 @@ class ChromaStore:
     # -- collections -------------------------------------------------------------------
 
     def _collection(self, name: str, *, metadata: dict[str, Any], create: bool = True) -> Collection | None:
-        with self._lock:
-            cached = self._open.get(name)
-            if cached is not None:
-                self._open.move_to_end(name)
-                return cached
-        if create:
-            collection = self._client.get_or_create_collection(name, metadata=metadata, embedding_function=None)
-        else:
+        def open_(client: ClientAPI) -> Collection | None:
+            if create:
+                return client.get_or_create_collection(name, metadata=metadata, embedding_function=None)
             try:
-                collection = self._client.get_collection(name, embedding_function=None)
+                return client.get_collection(name, embedding_function=None)
             except (chromadb.errors.NotFoundError, ValueError):
                 return None
+
+        collection = self.connection.handle(name, open_)
+        if collection is None:
+            return None
         recorded = (collection.metadata or {}).get("epimem_model")
         if recorded is not None and recorded != metadata.get("epimem_model", recorded):
+            self.connection.forget([name])
             raise ModelMismatchError(
                 f"collection {name} was built with embedding model {recorded!r}, "
                 f"not {self._model_id!r}; run `epimem reembed` to rebuild its vectors",
                 details={"recorded": recorded, "configured": self._model_id},
             )
-        with self._lock:
-            self._open[name] = collection
-            while len(self._open) > self._max_open:
-                self._open.popitem(last=False)
         return collection
 
     def _forget(self, name: str) -> None:
-        with self._lock:
-            self._open.pop(name, None)
+        self.connection.forget([name])
 
     def _registry(self) -> Collection:
         collection = self._collection(REGISTRY, metadata={"epimem": "registry"})
@@ -900,13 +832,10 @@ class ChromaStore:
 
     def forget_handles(self, names: Iterable[str] | None = None) -> None:
         """Drop cached collection handles (all of them, or the named ones)."""
-        with self._lock:
-            for name in list(self._open) if names is None else names:
-                self._open.pop(name, None)
+        self.connection.forget(None if names is None else list(names))
 
     def cached_handles(self) -> list[str]:
-        with self._lock:
-            return list(self._open)
+        return self.connection.cached()
 
     # -- first-writer-wins inserts and formation leases (memory.coordination) --------------------
 

@@ -2,27 +2,32 @@
 
 The context is made of pieces, one per episode: a header with the episode's absolute date (and
 title), then the exact source messages of that episode that earned their place, in order, with
-"…" where turns are left out. Messages are chosen by one ranking that joins three signals:
+"…" where turns are left out. Messages of the best episodes (by fused vector + BM25 rank of their
+records) are chosen by one score that joins four signals:
 
-- the message's own fused rank (vector + BM25) among all the group's records;
-- its episode's standing (the episode's own record and its other matching messages), so the
-  turns of a conversation stretch that is about the query come along;
-- its neighbours' standing, so the answer that follows a matching question is kept.
+- the message's own signal: exact cosine with the query + BM25 over the query's best BM25 score;
+- its episode's signal (the same for the episode record), so the turns of a conversation
+  stretch that is about the query come along;
+- its best neighbour's signal, so the answer that follows a matching question is kept;
+- a bonus when the query names the message's speaker ("What did Melanie paint?").
 
 Messages are packed greedily in that order while they fit; pieces are then printed in
 chronological order. A piece cites exactly the messages whose text it contains.
 
-Tokens are counted offline as max(ceil(characters / 4), wordpieces of the bundled tokenizer when
-one is given): the text never exceeds the budget by either measure. Both measures add up over
-lines, so the packer counts each piece on its own and the sum bounds the whole text.
+Tokens are counted offline as ceil(characters / 4) of the whole text (newlines included), or, when
+a wordpiece counter is given, as max(that, wordpieces of the bundled tokenizer): the text never
+exceeds the budget by either measure. Characters and wordpieces add up over lines (a newline is
+whitespace to the tokenizer), so the packer keeps exact running sums of both and pays no rounding
+per line.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from memory.models import Episode, Message
@@ -36,26 +41,30 @@ HEADER = "Relevant memory, oldest first:"
 GAP = "…"
 
 
-def char_tokens(text: str) -> int:
-    return math.ceil(len(text) / 4)
-
-
 @dataclass(frozen=True, kw_only=True)
 class PackingPolicy:
     """How candidates become context; the defaults are what the LoCoMo benchmark supports."""
 
     depth: int = 200  # records taken from each ranking (vector and BM25)
     max_episodes: int = 40  # episodes whose messages compete for the budget
-    keyword_weight: float = 1.0  # BM25 (divided by the query's best BM25 score) added to the cosine
-    episode_share: float = 0.5  # weight of the episode's own signal in each of its messages' score
-    neighbour_share: float = 0.5  # weight of the best adjacent message's own signal
+    keyword_weight: float = 0.5  # BM25 (divided by the query's best BM25 score) added to the cosine
+    episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
+    neighbour_share: float = 0.4  # weight of the best adjacent message's own signal
     titles: bool = False  # print the episode title in each piece's header
+    speaker_bonus: float = 0.2  # added to the messages of a speaker the query names
 
 
 def message_line(message: Message) -> str:
     caption = message.metadata.get("image_caption") if isinstance(message.metadata, dict) else None
     shared = f" [shared an image: {caption}]" if caption else ""
     return f"{message.speaker}: {' '.join(message.content.split())}{shared}"
+
+
+def named_speakers(query: str, messages: Iterable[Message]) -> set[str]:
+    """Speakers (casefolded) whose name is a word of the query: "What did Melanie paint?" names Melanie."""
+    text = query.casefold()
+    speakers = {m.speaker.casefold() for m in messages}
+    return {name for name in speakers if name.strip() and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text)}
 
 
 def piece_header(episode: Episode, first: Message, *, titles: bool) -> str:
@@ -90,51 +99,49 @@ class _Piece:
 
 class ContextBuilder:
     def __init__(
-        self, *, searcher: Searcher, count_tokens: TokenCounter | None = None, policy: PackingPolicy | None = None
+        self, *, searcher: Searcher, count_wordpieces: TokenCounter | None = None, policy: PackingPolicy | None = None
     ) -> None:
         self._searcher = searcher
-        self._wordpieces = count_tokens
+        self._wordpieces = count_wordpieces
         self.policy = policy or PackingPolicy()
-        # Messages recur across queries: their line costs are kept (bounded, least recently used out).
-        self._line_cost = functools.lru_cache(maxsize=65536)(self._uncached_line_cost)
+        # Messages recur across queries: their wordpiece counts are kept (bounded, least recently used out).
+        self._line_wordpieces = functools.lru_cache(maxsize=65536)(count_wordpieces or (lambda _line: 0))
 
     def count(self, text: str) -> int:
-        tokens = char_tokens(text)
-        if self._wordpieces is not None:
-            tokens = max(tokens, self._wordpieces(text))
-        return tokens
+        return self._tokens(len(text), self._wordpieces(text) if self._wordpieces is not None else 0)
 
-    def _uncached_line_cost(self, line: str) -> int:
-        return self.count(line) + 1
+    @staticmethod
+    def _tokens(chars: int, wordpieces: int) -> int:
+        return max(math.ceil(chars / 4), wordpieces)
 
-    def _cost(self, lines: list[str]) -> int:
-        """Tokens of the lines, +1 each for the newline before it."""
-        return sum(self._line_cost(line) for line in lines)
+    def _cost(self, lines: list[str]) -> tuple[int, int]:
+        """(characters, wordpieces) of the lines, each preceded by its newline."""
+        return sum(len(line) + 1 for line in lines), sum(self._line_wordpieces(line) for line in lines)
 
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy
         candidates = self._searcher.candidates(group_id, query.query, query, depth=policy.depth)
-        pieces = self._rank(group_id, candidates, query)
-        budget = query.token_budget - self.count(HEADER)
-        used = 0
+        ranked = self._rank(group_id, candidates, query)
+        chars, wordpieces = len(HEADER), self._line_wordpieces(HEADER)
         chosen: dict[str, _Piece] = {}
-        piece_cost: dict[str, int] = {}
-        for _score, piece, index in pieces:
+        piece_cost: dict[str, tuple[int, int]] = {}
+        for _score, piece, index in ranked:
             current = chosen.get(piece.episode.uuid)
             trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
             cost = self._cost(trial.lines(titles=policy.titles))
-            extra = cost - piece_cost.get(piece.episode.uuid, 0)
-            if used + extra > budget:
+            before = piece_cost.get(piece.episode.uuid, (0, 0))
+            trial_chars, trial_wordpieces = chars + cost[0] - before[0], wordpieces + cost[1] - before[1]
+            if self._tokens(trial_chars, trial_wordpieces) > query.token_budget:
                 continue
             chosen[piece.episode.uuid] = trial
             piece_cost[piece.episode.uuid] = cost
-            used += extra
+            chars, wordpieces = trial_chars, trial_wordpieces
         ordered = sorted(chosen.values(), key=lambda p: (p.messages[min(p.chosen)].timestamp, p.episode.uuid))
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
         text = "\n".join([HEADER, *(line for piece in ordered for line in piece.lines(titles=policy.titles))])
         tokens = self.count(text)
-        if tokens > query.token_budget:  # cannot happen: per-line counts bound the total
+        if tokens > query.token_budget:  # cannot happen: the running sums are the text's counts
             raise AssertionError(f"context of {tokens} tokens exceeds the budget {query.token_budget}")
         return ContextResult(text=text, citations=[piece.citation() for piece in ordered], tokens=tokens)
 
@@ -163,6 +170,7 @@ class ContextBuilder:
             return cosine.get(record_id, 0.0) + policy.keyword_weight * lexical
 
         now = query.reference_time or utc_now()
+        named = named_speakers(query.query, (m for items in messages.values() for m in items))
         ranked: list[tuple[float, _Piece, int]] = []
         for episode in episodes:
             items = messages.get(episode.uuid, [])
@@ -176,6 +184,8 @@ class ContextBuilder:
                 score = (
                     own[position] + policy.episode_share * topic + policy.neighbour_share * max(neighbours, default=0.0)
                 )
+                if message.speaker.casefold() in named:
+                    score += policy.speaker_bonus
                 if query.recency_weight > 0:
                     score *= recency_factor(message.timestamp, now, query.recency_weight, query.recency_half_life_days)
                 ranked.append((score, piece, position))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import bm25s
 import numpy as np
@@ -42,6 +42,9 @@ class KeywordIndex:
     def __init__(self, records: list[VectorRecord]) -> None:
         self.records = records
         self.positions = {record.id: position for position, record in enumerate(records)}
+        # Scope filters are array operations, not a Python loop over every matching record.
+        self._sessions = np.array([str(record.metadata.get("session_id", "")) for record in records], dtype=object)
+        self._times = np.array([float(record.metadata.get("ts", 0.0)) for record in records], dtype=np.float64)
         self._bm25 = bm25s.BM25()
         if records:
             self._bm25.index(tokenize([keyword_text(record) for record in records]), show_progress=False)
@@ -52,19 +55,28 @@ class KeywordIndex:
             return np.zeros(len(self.records), dtype=np.float32)
         return np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
 
-    def top(self, query: str, *, depth: int, keep: Callable[[VectorRecord], bool]) -> list[tuple[VectorRecord, float]]:
-        """The ``depth`` best records with a positive score that ``keep`` accepts, best first."""
+    def top(
+        self,
+        query: str,
+        *,
+        depth: int,
+        session_ids: Collection[str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+    ) -> list[tuple[VectorRecord, float]]:
+        """The ``depth`` best records with a positive score, best first, of the given sessions and
+        with an epoch timestamp in [start, end)."""
         scores = self.scores(query)
-        positive = np.flatnonzero(scores > 0)
-        ordered = positive[np.argsort(-scores[positive], kind="stable")]
-        found: list[tuple[VectorRecord, float]] = []
-        for position in ordered:
-            record = self.records[int(position)]
-            if keep(record):
-                found.append((record, float(scores[position])))
-                if len(found) >= depth:
-                    break
-        return found
+        keep = scores > 0
+        if session_ids is not None:
+            keep &= np.isin(self._sessions, list(session_ids))
+        if start is not None:
+            keep &= self._times >= start
+        if end is not None:
+            keep &= self._times < end
+        positions = np.flatnonzero(keep)
+        ordered = positions[np.argsort(-scores[positions], kind="stable")][:depth]
+        return [(self.records[int(position)], float(scores[position])) for position in ordered]
 
 
 class KeywordCache:

@@ -20,8 +20,8 @@ import numpy as np
 
 from memory.embedding import Embedder
 from memory.models import Episode, Message
-from memory.store import ChromaStore, VectorRecord, episode_from_record, message_record_id, where_all
-from memory.timeutil import from_epoch, to_epoch, utc_now
+from memory.store import ChromaStore, episode_from_record, message_record_id, where_all
+from memory.timeutil import to_epoch, utc_now
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.timewindow import TimeWindow, parse_time_window
 from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
@@ -117,16 +117,16 @@ class Searcher:
         metadata = {hit.id: hit.metadata for hit in hits}
         similarity = {hit.id: 1.0 - hit.distance for hit in hits}
 
-        allowed = set(scope.session_ids) if scope.session_ids is not None else None
-
-        def in_scope(record: VectorRecord) -> bool:
-            if allowed is not None and record.metadata.get("session_id") not in allowed:
-                return False
-            return window.contains(from_epoch(float(record.metadata["ts"])))
-
         keyword_rank: dict[str, int] = {}
         keyword_score: dict[str, float] = {}
-        for rank, (record, score) in enumerate(self.keyword_index(group_id).top(query, depth=depth, keep=in_scope)):
+        top = self.keyword_index(group_id).top(
+            query,
+            depth=depth,
+            session_ids=scope.session_ids,
+            start=to_epoch(window.start) if window.start is not None else None,
+            end=to_epoch(window.end) if window.end is not None else None,
+        )
+        for rank, (record, score) in enumerate(top):
             keyword_rank[record.id] = rank
             keyword_score[record.id] = score
             metadata.setdefault(record.id, record.metadata)
@@ -155,7 +155,7 @@ class Searcher:
         by_episode: dict[str, list[Candidate]] = defaultdict(list)
         for candidate in candidates:
             by_episode[candidate.episode_id].append(candidate)
-        episodes = self.load_episodes(group_id, list(by_episode))
+        episodes, vectors = self.load_episodes_with_vectors(group_id, list(by_episode))
         now = query.reference_time or utc_now()
         hits: list[SearchHit] = []
         for episode_id, items in by_episode.items():
@@ -179,7 +179,7 @@ class Searcher:
             )
         hits.sort(key=lambda hit: (-hit.score, hit.episode.uuid))
         if query.dedupe:
-            hits = self.drop_near_duplicates(group_id, hits, limit=query.k)
+            hits = drop_near_duplicates(hits, vectors, limit=query.k)
         hits = hits[: query.k]
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
@@ -187,33 +187,19 @@ class Searcher:
             hits = [hit.model_copy(update={"messages": self.source_messages(group_id, hit.episode)}) for hit in hits]
         return hits
 
-    def drop_near_duplicates(self, group_id: str, hits: list[SearchHit], *, limit: int) -> list[SearchHit]:
-        """Keep hits in order, dropping any whose episode repeats a kept one of the same type: the
-        same text (case and whitespace folded), or an episode vector with cosine >= DUPLICATE_COSINE."""
-        window = hits[: limit * 2]
-        records = self._store.get_vectors(group_id, ids=[hit.episode.uuid for hit in window], include_embeddings=True)
-        vectors = {record.id: record.embedding for record in records if record.embedding is not None}
-        kept: list[SearchHit] = []
-        # Per episode type: a summary is never the duplicate of an episode it compacts.
-        kept_vectors: dict[str, list[np.ndarray]] = defaultdict(list)
-        fingerprints: set[tuple[str, str]] = set()
-        for hit in window:
-            kind = hit.episode.episode_type.value
-            fingerprint = (kind, " ".join(hit.episode.content.lower().split()))
-            if fingerprint in fingerprints:
-                continue
-            vector = vectors.get(hit.episode.uuid)
-            if vector is not None:
-                direction = unit(vector)
-                same_kind = kept_vectors[kind]
-                if same_kind and float(np.max(np.stack(same_kind) @ direction)) >= DUPLICATE_COSINE:
-                    continue
-                same_kind.append(direction)
-            fingerprints.add(fingerprint)
-            kept.append(hit)
-            if len(kept) >= limit:
-                break
-        return kept
+    def load_episodes_with_vectors(
+        self, group_id: str, episode_ids: list[str]
+    ) -> tuple[dict[str, Episode], dict[str, np.ndarray]]:
+        """Episodes (and summaries) by id with their vectors, in one read."""
+        if not episode_ids:
+            return {}, {}
+        records = [
+            record
+            for record in self._store.get_vectors(group_id, ids=episode_ids, include_embeddings=True)
+            if record.metadata.get("kind") in EPISODE_KINDS
+        ]
+        episodes = {record.id: episode_from_record(record.document, record.metadata) for record in records}
+        return episodes, {record.id: record.embedding for record in records if record.embedding is not None}
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]:
         if not episode_ids:
@@ -270,6 +256,33 @@ class Searcher:
             messages = [by_id[i].message for i in episode.source_message_ids if i in by_id]
             found[episode.uuid] = sorted(messages, key=lambda message: message.timestamp)
         return found
+
+
+def drop_near_duplicates(hits: list[SearchHit], vectors: dict[str, np.ndarray], *, limit: int) -> list[SearchHit]:
+    """Keep hits in order, dropping any whose episode repeats a kept one of the same type: the
+    same text (case and whitespace folded), or an episode vector with cosine >= DUPLICATE_COSINE."""
+    window = hits[: limit * 2]
+    kept: list[SearchHit] = []
+    # Per episode type: a summary is never the duplicate of an episode it compacts.
+    kept_vectors: dict[str, list[np.ndarray]] = defaultdict(list)
+    fingerprints: set[tuple[str, str]] = set()
+    for hit in window:
+        kind = hit.episode.episode_type.value
+        fingerprint = (kind, " ".join(hit.episode.content.lower().split()))
+        if fingerprint in fingerprints:
+            continue
+        vector = vectors.get(hit.episode.uuid)
+        if vector is not None:
+            direction = unit(vector)
+            same_kind = kept_vectors[kind]
+            if same_kind and float(np.max(np.stack(same_kind) @ direction)) >= DUPLICATE_COSINE:
+                continue
+            same_kind.append(direction)
+        fingerprints.add(fingerprint)
+        kept.append(hit)
+        if len(kept) >= limit:
+            break
+    return kept
 
 
 def unit(vector: np.ndarray) -> np.ndarray:

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.facade import Epimem
-from retrieval.context import HEADER
+from memory.models import Message
+from retrieval.context import HEADER, named_speakers
 from retrieval.types import ContextQuery
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
@@ -101,3 +102,48 @@ def test_budget_is_never_exceeded(service: Epimem, group_id: str) -> None:
         check(result.text, result.citations, result.tokens, budget, contents)
 
     prop()
+
+
+def test_both_token_measures_hold_and_chars_only_counts_characters(make_service, group_id: str) -> None:
+    strict = make_service()
+    contents = fill(strict, group_id)
+    chars = make_service(context_token_count="chars")
+    wordpieces = strict.embedder.count_tokens
+    for budget in (40, 90, 200, 600):
+        result = strict.context(group_id, "painting and adoption", token_budget=budget)
+        check(result.text, result.citations, result.tokens, budget, contents)
+        assert wordpieces(result.text) <= result.tokens == strict.context_builder.count(result.text)
+        loose = chars.context(group_id, "painting and adoption", token_budget=budget)
+        check(loose.text, loose.citations, loose.tokens, budget, contents)
+        assert loose.tokens == math.ceil(len(loose.text) / 4)
+    line = "Caroline: I'm researching adoption agencies, 5 km."
+    assert chars.context_builder.count(line) == math.ceil(len(line) / 4) <= strict.context_builder.count(line)
+
+
+def test_the_speakers_a_query_names_are_found_by_whole_name() -> None:
+    messages = [
+        Message(id=str(i), role="user", content="hi", timestamp=T0, producer_id=name)
+        for i, name in enumerate(["Melanie", "Caroline", "Dr. Who", "Al"])
+    ]
+    assert named_speakers("What did Melanie paint?", messages) == {"melanie"}
+    assert named_speakers("what did MELANIE and caroline do", messages) == {"melanie", "caroline"}
+    assert named_speakers("Melanies and Caroline's plans", messages) == {"caroline"}
+    assert named_speakers("What did Dr. Who say?", messages) == {"dr. who"}
+    assert named_speakers("What did Alice say?", messages) == set()
+
+
+def test_a_named_speaker_s_message_comes_first_in_a_tight_budget(service: Epimem, group_id: str) -> None:
+    lines = [
+        ("Melanie", "I painted a lake at sunset last weekend."),
+        ("Caroline", "I painted a lake at dawn last week."),
+    ]
+    messages = [
+        {"id": f"m{i}", "content": text, "producer_id": who, "timestamp": (T0 + timedelta(minutes=i)).isoformat()}
+        for i, (who, text) in enumerate(lines * 3)
+    ]
+    service.add_messages(group_id, "s", messages)
+    service.flush(group_id, "s")
+    for name in ("Melanie", "Caroline"):
+        result = service.context(group_id, f"What did {name} paint?", token_budget=40)
+        turns = [line for line in result.text.splitlines()[2:] if line != "…"]
+        assert turns and all(line.startswith(f"{name}:") for line in turns), result.text

@@ -13,10 +13,11 @@ import pytest
 from test_lifecycle_support import REFERENCE, T0, chat, two_episode_session
 
 from api.facade import Epimem
+from memory.connection import open_connection
 from memory.errors import EpimemError, InvalidInputError, ModelMismatchError
 from memory.generation import GeneratorStats, OfflineEpisodeGenerator
 from memory.models import Episode, EpisodeType, GenerationMethod, Segment
-from memory.store import ChromaStore, open_client
+from memory.store import ChromaStore
 from memory.summaries import GROUP_SUMMARY_SESSION, PLAN_KIND, Summariser
 
 # -- history ---------------------------------------------------------------------------------------
@@ -202,10 +203,10 @@ class FailingStore(ChromaStore):
 
 def test_a_failed_summary_run_leaves_no_summary_and_no_marker(settings_for, embedder, group_id: str) -> None:
     settings = settings_for()
-    client = open_client(
+    connection = open_connection(
         data_dir=settings.data_dir, host=settings.chroma_host, port=settings.chroma_port, ssl=settings.chroma_ssl
     )
-    store = FailingStore(client=client, model_id=embedder.model_id)
+    store = FailingStore(connection=connection, model_id=embedder.model_id)
     service = Epimem(
         settings=settings, store=store, embedder=embedder, generator=OfflineEpisodeGenerator(), background=False
     )

@@ -45,7 +45,7 @@ def test_session_info_and_group_configuration_persist(make_service, group_id: st
 def test_opening_a_partition_with_another_model_is_refused(service: Epimem, group_id: str) -> None:
     service.add_messages(group_id, "s1", [{"id": "1", "content": "hello there", "timestamp": "2023-01-01"}])
     service.flush(group_id, "s1")
-    other = ChromaStore(client=service.store._client, model_id="another-model:384:abc")
+    other = ChromaStore(connection=service.store.connection, model_id="another-model:384:abc")
     with pytest.raises(ModelMismatchError) as error:
         other.query(group_id, service.embedder.embed_query("hello"), k=1, session_id="s1")
     assert error.value.status_code == 409 and "reembed" in error.value.message

@@ -76,12 +76,15 @@ def timed(function: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def interleaved(functions: dict[str, Callable[[int], Any]], rounds: int) -> dict[str, list[float]]:
-    """Run each function once per round, alternating, so machine noise hits all of them alike."""
+    """Run each function once per round, alternating, so machine noise hits all of them alike. The
+    order is reversed every other round: the first to touch a round's data (e.g. a partition not
+    loaded yet) is each function of a pair equally often."""
     times: dict[str, list[float]] = {name: [] for name in functions}
+    names = list(functions)
     for index in range(rounds):
-        for name, function in functions.items():
+        for name in names if index % 2 == 0 else names[::-1]:
             started = time.perf_counter()
-            function(index)
+            functions[name](index)
             times[name].append(time.perf_counter() - started)
     return times
 

@@ -7,7 +7,7 @@ touches every partition with a session-scoped search and reports its resident me
 
     python tests/benchmarks/partitions.py            # full: 1,000 sessions x 20 episodes
     python tests/benchmarks/partitions.py --quick    # short form: 20 x 20
-    python tests/benchmarks/partitions.py --hnsw-cache 0   # Chroma's default cache (the naive configuration)
+    python tests/benchmarks/partitions.py --recycle-after 0   # never restart embedded Chroma (the naive configuration)
 """
 
 from __future__ import annotations
@@ -106,43 +106,47 @@ def query_texts(count: int, seed: int = 11) -> list[str]:
 def search_latencies(service: Any, sessions: int, queries: int) -> dict[str, dict[str, float]]:
     """Facade search vs one raw Chroma query (query embedding included in both, no cache hits)."""
     store: ChromaStore = service.store
-    client = store._client  # noqa: SLF001 - the raw floor is the same client's query
+    connection = store.connection
     embedder = service.embedder
     rng = random.Random(3)
     texts = query_texts(queries * 4)
     partitions = [rng.randrange(sessions) for _ in range(queries)]
-    index = client.get_collection(index_name(GROUP))
     service.search(GROUP, "warm-up query", k=10)  # builds the group's keyword index once
+    index_handle: dict[int, Any] = {}  # engine restarts -> the group index's handle in that engine
 
-    def raw(collection_name: str, text: str) -> None:
+    def raw(collection_name: str | None, text: str) -> None:
+        """One query on a collection, through the same client (inside the store's gate, since the
+        embedded engine may restart between calls); the group index's handle is kept like the store's."""
         vector = embedder.embed_batch([text])[0]
-        client.get_collection(collection_name).query(
-            query_embeddings=[vector], n_results=10, include=["documents", "metadatas", "distances"]
-        )
+        with connection.call() as client:
+            if collection_name is None:
+                if connection.restarts not in index_handle:
+                    index_handle.clear()
+                    index_handle[connection.restarts] = client.get_collection(index_name(GROUP))
+                collection = index_handle[connection.restarts]
+            else:
+                collection = client.get_collection(collection_name)
+            collection.query(query_embeddings=[vector], n_results=10, include=["documents", "metadatas", "distances"])
 
     times = c.interleaved(
         {
             "session_facade": lambda i: service.search(GROUP, texts[i], k=10, session_ids=[session_id(partitions[i])]),
             "session_raw": lambda i: raw(partition_name(GROUP, session_id(partitions[i])), texts[queries + i]),
             "group_facade": lambda i: service.search(GROUP, texts[2 * queries + i], k=10),
-            "group_raw": lambda i: index.query(
-                query_embeddings=[embedder.embed_batch([texts[3 * queries + i]])[0]],
-                n_results=10,
-                include=["documents", "metadatas", "distances"],
-            ),
+            "group_raw": lambda i: raw(None, texts[3 * queries + i]),
         },
         queries,
     )
     return {name: c.summary(values) for name, values in times.items()}
 
 
-def server_touch(data_dir: Path, sessions: int, hnsw_cache: int, max_open: int) -> dict[str, Any]:
+def server_touch(data_dir: Path, sessions: int, recycle_after: int, max_open: int) -> dict[str, Any]:
     """In this process: a fresh service on the data folder touches every partition once."""
     from api.facade import Epimem
 
     before = c.rss_mb()
     service = Epimem.from_settings(
-        data_dir=data_dir, background=False, chroma_hnsw_cache=hnsw_cache, chroma_max_open=max_open
+        data_dir=data_dir, background=False, chroma_recycle_after=recycle_after, chroma_max_open=max_open
     )
     loaded = c.rss_mb()
     texts = query_texts(sessions)
@@ -161,6 +165,7 @@ def server_touch(data_dir: Path, sessions: int, hnsw_cache: int, max_open: int) 
         "session_search": c.summary(times),
         "group_search": c.summary(group),
         "open_handles": service.store.open_collections,
+        "engine_restarts": service.store.connection.restarts,
     }
 
 
@@ -171,20 +176,22 @@ def main() -> None:
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--queries", type=int)
-    parser.add_argument("--hnsw-cache", type=int, help="vector indexes Chroma keeps loaded (0 = Chroma's default)")
+    parser.add_argument(
+        "--recycle-after", type=int, help="collections touched before embedded Chroma restarts (0 = never)"
+    )
     parser.add_argument("--max-open", type=int, help="collection handles kept open; default: settings")
     parser.add_argument("--data-dir", type=Path, help="keep the data here (default: a temporary folder)")
     parser.add_argument("--serve-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     defaults = Settings()
-    hnsw_cache = defaults.chroma_hnsw_cache if args.hnsw_cache is None else args.hnsw_cache
+    recycle_after = defaults.chroma_recycle_after if args.recycle_after is None else args.recycle_after
     max_open = defaults.chroma_max_open if args.max_open is None else args.max_open
     sessions = args.sessions or (20 if args.quick else 1000)
     queries = args.queries or (10 if args.quick else 100)
 
     if args.serve_only:
         assert args.data_dir is not None
-        print("JSON " + json.dumps(server_touch(args.data_dir, sessions, hnsw_cache, max_open)))
+        print("JSON " + json.dumps(server_touch(args.data_dir, sessions, recycle_after, max_open)))
         return
 
     with tempfile.TemporaryDirectory(prefix="epimem-partitions-") as scratch:
@@ -193,11 +200,12 @@ def main() -> None:
 
         rss_start = c.rss_mb()
         service = Epimem.from_settings(
-            data_dir=data_dir, background=False, chroma_hnsw_cache=hnsw_cache, chroma_max_open=max_open
+            data_dir=data_dir, background=False, chroma_recycle_after=recycle_after, chroma_max_open=max_open
         )
         rss_loaded = c.rss_mb()
         c.heading(
-            f"partitions: {sessions} sessions x {args.episodes} episodes, hnsw cache {hnsw_cache}, max_open {max_open}"
+            f"partitions: {sessions} sessions x {args.episodes} episodes, "
+            f"recycle after {recycle_after}, max_open {max_open}"
         )
         c.line("rss before / model+store loaded MB", before=rss_start, loaded=rss_loaded)
         built = build(service.store, sessions, args.episodes)
@@ -224,7 +232,7 @@ def main() -> None:
 
         # A fresh process, like a restarted server: opens the facade, touches every partition.
         command = [sys.executable, __file__, "--serve-only", "--data-dir", str(data_dir), "--sessions", str(sessions)]
-        command += ["--hnsw-cache", str(hnsw_cache), "--max-open", str(max_open)]
+        command += ["--recycle-after", str(recycle_after), "--max-open", str(max_open)]
         output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         served = json.loads(next(row[5:] for row in output.splitlines() if row.startswith("JSON ")))
         c.heading(f"fresh server process touching all {sessions} partitions")
@@ -237,7 +245,7 @@ def main() -> None:
         )
         c.line("session search, cold partitions (ms)", **served["session_search"])
         c.line("group search (ms)", **served["group_search"])
-        c.line("open collection handles", handles=served["open_handles"])
+        c.line("open handles / engine restarts", handles=served["open_handles"], restarts=served["engine_restarts"])
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _common as c
 import numpy as np
@@ -43,22 +44,27 @@ def main() -> None:
         service = Epimem.from_settings(data_dir=args.data_dir or Path(scratch), background=False)
         store = service.store
         embedder = service.embedder
-        client = store._client  # noqa: SLF001 - the floor is the same client's raw query
+        # The floor is the same client's raw query, run inside the store's gate: embedded Chroma may be
+        # restarted between calls (EPIMEM_CHROMA_RECYCLE_AFTER), and handles are per engine.
+        connection = store.connection
         started = time.perf_counter()
         if store.count_vectors(GROUP) != sessions * args.episodes:
             build(store, sessions, args.episodes)
-        index = client.get_collection(index_name(GROUP))
-        everything = index.get(include=["embeddings", "documents", "metadatas"])
-        flat = client.get_or_create_collection("bench-flat", metadata={"hnsw:space": "cosine"}, embedding_function=None)
-        for offset in range(flat.count(), len(everything["ids"]), 5000):
-            part = slice(offset, offset + 5000)
-            flat.add(
-                ids=everything["ids"][part],
-                embeddings=np.asarray(everything["embeddings"][part]),
-                documents=everything["documents"][part],
-                metadatas=everything["metadatas"][part],
+        with connection.call() as client:
+            everything = client.get_collection(index_name(GROUP)).get(include=["embeddings", "documents", "metadatas"])
+            flat = client.get_or_create_collection(
+                "bench-flat", metadata={"hnsw:space": "cosine"}, embedding_function=None
             )
-        c.heading(f"query: {sessions} sessions x {args.episodes} episodes ({flat.count()} vectors), {queries} queries")
+            for offset in range(flat.count(), len(everything["ids"]), 5000):
+                part = slice(offset, offset + 5000)
+                flat.add(
+                    ids=everything["ids"][part],
+                    embeddings=np.asarray(everything["embeddings"][part]),
+                    documents=everything["documents"][part],
+                    metadatas=everything["metadatas"][part],
+                )
+            vectors = flat.count()
+        c.heading(f"query: {sessions} sessions x {args.episodes} episodes ({vectors} vectors), {queries} queries")
         c.line("setup (s)", seconds=time.perf_counter() - started)
 
         texts = query_texts(queries * 4)
@@ -66,23 +72,30 @@ def main() -> None:
         chosen = [rng.randrange(sessions) for _ in range(queries)]
         include: list = ["documents", "metadatas", "distances"]
         service.search(GROUP, "warm-up", k=10)  # the group's keyword index is built once, then cached
-        flat.query(query_embeddings=[embedder.embed_batch(["warm-up"])[0]], n_results=10)
+        flat_handle: dict[int, Any] = {}  # engine restarts -> the flat collection's handle in that engine
+
+        def flat_raw(text: str) -> None:
+            vector = embedder.embed_batch([text])[0]
+            with connection.call() as client:
+                if connection.restarts not in flat_handle:
+                    flat_handle.clear()
+                    flat_handle[connection.restarts] = client.get_collection("bench-flat")
+                flat_handle[connection.restarts].query(query_embeddings=[vector], n_results=10, include=include)
+
+        flat_raw("warm-up")
 
         def session_raw(i: int) -> None:
             vector = embedder.embed_batch([texts[queries + i]])[0]
-            collection = client.get_collection(partition_name(GROUP, session_id(chosen[i])))
-            collection.query(query_embeddings=[vector], n_results=10, include=include)
+            with connection.call() as client:
+                collection = client.get_collection(partition_name(GROUP, session_id(chosen[i])))
+                collection.query(query_embeddings=[vector], n_results=10, include=include)
 
         times = c.interleaved(
             {
                 "session facade": lambda i: service.search(GROUP, texts[i], k=10, session_ids=[session_id(chosen[i])]),
                 "session raw": session_raw,
                 "group facade": lambda i: service.search(GROUP, texts[2 * queries + i], k=10),
-                "group raw (one collection)": lambda i: flat.query(
-                    query_embeddings=[embedder.embed_batch([texts[3 * queries + i]])[0]],
-                    n_results=10,
-                    include=include,
-                ),
+                "group raw (one collection)": lambda i: flat_raw(texts[3 * queries + i]),
             },
             queries,
         )
