@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -151,7 +151,7 @@ class ChromaConnection:
                 self._handles.popitem(last=False)
         return collection
 
-    def forget(self, names: Iterator[str] | list[str] | None = None) -> None:
+    def forget(self, names: Iterable[str] | None = None) -> None:
         """Drop cached handles (all of them, or the named ones)."""
         with self._lock:
             for name in list(self._handles) if names is None else names:

@@ -832,7 +832,7 @@ class ChromaStore:
 
     def forget_handles(self, names: Iterable[str] | None = None) -> None:
         """Drop cached collection handles (all of them, or the named ones)."""
-        self.connection.forget(None if names is None else list(names))
+        self.connection.forget(names)
 
     def cached_handles(self) -> list[str]:
         return self.connection.cached()

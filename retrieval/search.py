@@ -20,7 +20,7 @@ import numpy as np
 
 from memory.embedding import Embedder
 from memory.models import Episode, Message
-from memory.store import ChromaStore, episode_from_record, message_record_id, where_all
+from memory.store import ChromaStore, VectorRecord, episode_from_record, message_record_id, where_all
 from memory.timeutil import to_epoch, utc_now
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.timewindow import TimeWindow, parse_time_window
@@ -187,29 +187,23 @@ class Searcher:
             hits = [hit.model_copy(update={"messages": self.source_messages(group_id, hit.episode)}) for hit in hits]
         return hits
 
+    def _episode_records(self, group_id: str, episode_ids: list[str], *, vectors: bool) -> list[VectorRecord]:
+        if not episode_ids:
+            return []
+        records = self._store.get_vectors(group_id, ids=episode_ids, include_embeddings=vectors)
+        return [record for record in records if record.metadata.get("kind") in EPISODE_KINDS]
+
     def load_episodes_with_vectors(
         self, group_id: str, episode_ids: list[str]
     ) -> tuple[dict[str, Episode], dict[str, np.ndarray]]:
         """Episodes (and summaries) by id with their vectors, in one read."""
-        if not episode_ids:
-            return {}, {}
-        records = [
-            record
-            for record in self._store.get_vectors(group_id, ids=episode_ids, include_embeddings=True)
-            if record.metadata.get("kind") in EPISODE_KINDS
-        ]
+        records = self._episode_records(group_id, episode_ids, vectors=True)
         episodes = {record.id: episode_from_record(record.document, record.metadata) for record in records}
         return episodes, {record.id: record.embedding for record in records if record.embedding is not None}
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]:
-        if not episode_ids:
-            return {}
-        records = self._store.get_vectors(group_id, ids=episode_ids)
-        return {
-            record.id: episode_from_record(record.document, record.metadata)
-            for record in records
-            if record.metadata.get("kind") in EPISODE_KINDS
-        }
+        records = self._episode_records(group_id, episode_ids, vectors=False)
+        return {record.id: episode_from_record(record.document, record.metadata) for record in records}
 
     def source_messages(self, group_id: str, episode: Episode) -> list[Message]:
         if episode.source_episode_ids:  # a summary: its messages are those of the episodes it compacts

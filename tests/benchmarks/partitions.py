@@ -103,37 +103,45 @@ def query_texts(count: int, seed: int = 11) -> list[str]:
     return [f"when did {rng.choice(NAMES)} go to the {rng.choice(WORDS)} {index}" for index in range(count)]
 
 
+class RawFloor:
+    """One raw Chroma query (query embedding included) through the store's own client, inside its
+    gate: embedded Chroma may restart between calls, and a handle belongs to one engine. ``keep``
+    reuses a collection's handle while the engine lives, as the store does."""
+
+    def __init__(self, store: ChromaStore, embedder: Any) -> None:
+        self._connection = store.connection
+        self._embedder = embedder
+        self._handles: dict[str, Any] = {}
+        self._engine = -1  # the engine (restart count) the kept handles belong to
+
+    def query(self, collection_name: str, text: str, *, keep: bool = False) -> None:
+        vector = self._embedder.embed_batch([text])[0]
+        with self._connection.call() as client:
+            if self._engine != self._connection.restarts:
+                self._handles.clear()
+                self._engine = self._connection.restarts
+            collection = self._handles.get(collection_name) or client.get_collection(collection_name)
+            if keep:
+                self._handles[collection_name] = collection
+            collection.query(query_embeddings=[vector], n_results=10, include=["documents", "metadatas", "distances"])
+
+
 def search_latencies(service: Any, sessions: int, queries: int) -> dict[str, dict[str, float]]:
     """Facade search vs one raw Chroma query (query embedding included in both, no cache hits)."""
     store: ChromaStore = service.store
-    connection = store.connection
     embedder = service.embedder
     rng = random.Random(3)
     texts = query_texts(queries * 4)
     partitions = [rng.randrange(sessions) for _ in range(queries)]
     service.search(GROUP, "warm-up query", k=10)  # builds the group's keyword index once
-    index_handle: dict[int, Any] = {}  # engine restarts -> the group index's handle in that engine
-
-    def raw(collection_name: str | None, text: str) -> None:
-        """One query on a collection, through the same client (inside the store's gate, since the
-        embedded engine may restart between calls); the group index's handle is kept like the store's."""
-        vector = embedder.embed_batch([text])[0]
-        with connection.call() as client:
-            if collection_name is None:
-                if connection.restarts not in index_handle:
-                    index_handle.clear()
-                    index_handle[connection.restarts] = client.get_collection(index_name(GROUP))
-                collection = index_handle[connection.restarts]
-            else:
-                collection = client.get_collection(collection_name)
-            collection.query(query_embeddings=[vector], n_results=10, include=["documents", "metadatas", "distances"])
+    floor = RawFloor(store, embedder)
 
     times = c.interleaved(
         {
             "session_facade": lambda i: service.search(GROUP, texts[i], k=10, session_ids=[session_id(partitions[i])]),
-            "session_raw": lambda i: raw(partition_name(GROUP, session_id(partitions[i])), texts[queries + i]),
+            "session_raw": lambda i: floor.query(partition_name(GROUP, session_id(partitions[i])), texts[queries + i]),
             "group_facade": lambda i: service.search(GROUP, texts[2 * queries + i], k=10),
-            "group_raw": lambda i: raw(None, texts[3 * queries + i]),
+            "group_raw": lambda i: floor.query(index_name(GROUP), texts[3 * queries + i], keep=True),
         },
         queries,
     )

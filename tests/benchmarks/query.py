@@ -17,11 +17,10 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import _common as c
 import numpy as np
-from partitions import GROUP, build, query_texts, session_id
+from partitions import GROUP, RawFloor, build, query_texts, session_id
 
 from memory.store import index_name, partition_name
 
@@ -70,32 +69,16 @@ def main() -> None:
         texts = query_texts(queries * 4)
         rng = random.Random(5)
         chosen = [rng.randrange(sessions) for _ in range(queries)]
-        include: list = ["documents", "metadatas", "distances"]
         service.search(GROUP, "warm-up", k=10)  # the group's keyword index is built once, then cached
-        flat_handle: dict[int, Any] = {}  # engine restarts -> the flat collection's handle in that engine
-
-        def flat_raw(text: str) -> None:
-            vector = embedder.embed_batch([text])[0]
-            with connection.call() as client:
-                if connection.restarts not in flat_handle:
-                    flat_handle.clear()
-                    flat_handle[connection.restarts] = client.get_collection("bench-flat")
-                flat_handle[connection.restarts].query(query_embeddings=[vector], n_results=10, include=include)
-
-        flat_raw("warm-up")
-
-        def session_raw(i: int) -> None:
-            vector = embedder.embed_batch([texts[queries + i]])[0]
-            with connection.call() as client:
-                collection = client.get_collection(partition_name(GROUP, session_id(chosen[i])))
-                collection.query(query_embeddings=[vector], n_results=10, include=include)
+        floor = RawFloor(store, embedder)
+        floor.query("bench-flat", "warm-up", keep=True)
 
         times = c.interleaved(
             {
                 "session facade": lambda i: service.search(GROUP, texts[i], k=10, session_ids=[session_id(chosen[i])]),
-                "session raw": session_raw,
+                "session raw": lambda i: floor.query(partition_name(GROUP, session_id(chosen[i])), texts[queries + i]),
                 "group facade": lambda i: service.search(GROUP, texts[2 * queries + i], k=10),
-                "group raw (one collection)": lambda i: flat_raw(texts[3 * queries + i]),
+                "group raw (one collection)": lambda i: floor.query("bench-flat", texts[3 * queries + i], keep=True),
             },
             queries,
         )
