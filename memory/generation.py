@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, Self
 
 from pydantic import ValidationError
 
@@ -17,6 +17,9 @@ from memory.errors import EpimemError
 from memory.models import Episode, GenerationMethod, Segment
 from memory.offline import generate_offline_episode
 from memory.timeutil import utc_now
+
+if TYPE_CHECKING:
+    from memory.llm import Usage
 
 log = logging.getLogger("epimem.generation")
 
@@ -34,29 +37,49 @@ def episode_id_for(group_id: str, session_id: str, message_ids: Sequence[str]) -
 
 
 @dataclass
-class GeneratorStats:
-    """What a generator has done since start (exported as metrics).
+class LLMCallStats:
+    """What an LLM-backed component has done since start (exported as metrics).
 
-    ``calls`` counts logical LLM requests (one per episode), ``retries`` the extra attempts
-    on top; ``fallbacks`` the episodes built offline because the LLM failed, ``errors`` the
-    failures by kind; ``repairs`` the LLM answers that were fixed up rather than rejected.
+    ``calls`` counts logical LLM requests, ``retries`` the extra attempts on top, ``fallbacks``
+    the work done without the LLM because it failed, ``errors`` the failures by kind.
     """
 
     model: str
-    episodes: int = 0
     calls: int = 0
     fallbacks: int = 0
     retries: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_seconds: float = 0.0
-    repairs: int = 0
     errors: dict[str, int] = field(default_factory=dict)
-    prompt_version: str | None = None
 
     @property
     def mean_latency_seconds(self) -> float:
         return self.latency_seconds / self.calls if self.calls else 0.0
+
+    def record_call(self, attempts: int, latency: float, usage: Usage, *, error: str | None = None) -> None:
+        """Count one logical request (callers hold their own lock)."""
+        self.calls += 1
+        self.retries += max(0, attempts - 1)
+        self.latency_seconds += latency
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        if error is not None:
+            self.errors[error] = self.errors.get(error, 0) + 1
+
+    def snapshot(self) -> Self:
+        """A copy that later counting does not change."""
+        return replace(self, errors=dict(self.errors))
+
+
+@dataclass
+class GeneratorStats(LLMCallStats):
+    """An episode generator's counters: one call per episode; ``fallbacks`` are episodes built
+    offline because the LLM failed; ``repairs`` the LLM answers fixed up rather than rejected."""
+
+    episodes: int = 0
+    repairs: int = 0
+    prompt_version: str | None = None
 
 
 class EpisodeGenerator(Protocol):
@@ -82,7 +105,7 @@ class OfflineEpisodeGenerator:
 
     def stats(self) -> GeneratorStats:
         with self._lock:
-            return replace(self._stats, errors=dict(self._stats.errors))
+            return self._stats.snapshot()
 
 
 def get_generator_stats(generator: EpisodeGenerator) -> GeneratorStats:

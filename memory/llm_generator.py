@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -151,7 +151,7 @@ class LLMEpisodeGenerator:
 
     def stats(self) -> GeneratorStats:
         with self._lock:
-            return replace(self._stats, errors=dict(self._stats.errors))
+            return self._stats.snapshot()
 
     def _fallback(self, segment: Segment, *, group_id: str, session_id: str, episode_id: str) -> Episode:
         with self._lock:
@@ -175,12 +175,5 @@ class LLMEpisodeGenerator:
         self, attempts: int, latency: float, usage: Usage, *, error: str | None = None, repairs: int = 0
     ) -> None:
         with self._lock:
-            stats = self._stats
-            stats.calls += 1
-            stats.retries += max(0, attempts - 1)
-            stats.latency_seconds += latency
-            stats.prompt_tokens += usage.prompt_tokens
-            stats.completion_tokens += usage.completion_tokens
-            stats.repairs += 1 if repairs else 0
-            if error is not None:
-                stats.errors[error] = stats.errors.get(error, 0) + 1
+            self._stats.record_call(attempts, latency, usage, error=error)
+            self._stats.repairs += 1 if repairs else 0

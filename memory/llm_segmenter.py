@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from memory.generation import LLMCallStats
 from memory.llm import LLMClient, LLMError, Usage
 from memory.models import BoundaryReason, Message, Segment
 from memory.prompts import PROMPT_VERSION, segmenter_messages
@@ -27,15 +28,9 @@ log = logging.getLogger("epimem.llm")
 
 
 @dataclass
-class SegmenterStats:
-    model: str
-    calls: int = 0
-    fallbacks: int = 0
-    retries: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_seconds: float = 0.0
-    errors: dict[str, int] = field(default_factory=dict)
+class SegmenterStats(LLMCallStats):
+    """The LLM segmenter's counters; ``fallbacks`` are windows cut by the heuristic instead."""
+
     prompt_version: str = PROMPT_VERSION
 
 
@@ -115,7 +110,7 @@ class LLMSegmenter:
 
     def stats(self) -> SegmenterStats:
         with self._lock:
-            return replace(self._stats, errors=dict(self._stats.errors))
+            return self._stats.snapshot()
 
     def segment(
         self,
@@ -203,12 +198,6 @@ class LLMSegmenter:
 
     def _record(self, attempts: int, latency: float, usage: Usage, *, error: str | None = None) -> None:
         with self._lock:
-            stats = self._stats
-            stats.calls += 1
-            stats.retries += max(0, attempts - 1)
-            stats.latency_seconds += latency
-            stats.prompt_tokens += usage.prompt_tokens
-            stats.completion_tokens += usage.completion_tokens
+            self._stats.record_call(attempts, latency, usage, error=error)
             if error is not None:
-                stats.fallbacks += 1
-                stats.errors[error] = stats.errors.get(error, 0) + 1
+                self._stats.fallbacks += 1

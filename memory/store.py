@@ -270,6 +270,16 @@ def _log_metadata(stored: StoredMessage) -> dict[str, Any]:
     )
 
 
+def _log_columns(messages: Sequence[StoredMessage]) -> dict[str, Any]:
+    """The log records of messages, as Chroma's add/upsert arguments."""
+    return {
+        "ids": [message_record_id(stored.session_id, stored.message.id) for stored in messages],
+        "embeddings": _placeholders(len(messages)),
+        "documents": [stored.message.content for stored in messages],
+        "metadatas": [_log_metadata(stored) for stored in messages],
+    }
+
+
 def _stored_from_log(group_id: str, document: str, metadata: dict[str, Any]) -> StoredMessage:
     message = Message(
         id=metadata["message_id"],
@@ -480,12 +490,7 @@ class ChromaStore:
             return
         log = self._log(group_id)
         assert log is not None
-        log.upsert(
-            ids=[message_record_id(stored.session_id, stored.message.id) for stored in messages],
-            embeddings=_placeholders(len(messages)),
-            documents=[stored.message.content for stored in messages],
-            metadatas=[_log_metadata(stored) for stored in messages],
-        )
+        log.upsert(**_log_columns(messages))
 
     @_store_call
     def list_messages(
@@ -847,12 +852,7 @@ class ChromaStore:
             return
         log = self._log(group_id)
         assert log is not None
-        log.add(
-            ids=[message_record_id(stored.session_id, stored.message.id) for stored in messages],
-            embeddings=_placeholders(len(messages)),
-            documents=[stored.message.content for stored in messages],
-            metadatas=[_log_metadata(stored) for stored in messages],
-        )
+        log.add(**_log_columns(messages))
 
     @_store_call
     def lease_records(self, group_id: str, session_id: str) -> list[dict[str, Any]]:
