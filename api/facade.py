@@ -167,6 +167,8 @@ class Epimem:
             self.worker.close()
         if isinstance(self.coordinator, LeaseCoordinator):
             self.coordinator.close()
+        if isinstance(self.generator, LLMEpisodeGenerator):
+            self.generator.client.close()
 
     # -- write ---------------------------------------------------------------------------------
 

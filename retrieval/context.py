@@ -3,13 +3,17 @@
 The context is made of pieces, one per episode: a header with the episode's absolute date (and
 title), then the exact source messages of that episode that earned their place, in order, with
 "…" where turns are left out. Messages of the best episodes (by fused vector + BM25 rank of their
-records) are chosen by one score that joins four signals:
+records) are chosen by one score that joins these signals:
 
 - the message's own signal: exact cosine with the query + BM25 over the query's best BM25 score;
-- its episode's signal (the same for the episode record), so the turns of a conversation
-  stretch that is about the query come along;
+- its episode's signal (the same for the episode record, its cosine partly taken from the centroid
+  of its messages' vectors: the episode's own vector sees only the start of a long episode), so the
+  turns of a conversation stretch that is about the query come along;
 - its best neighbour's signal, so the answer that follows a matching question is kept;
-- a bonus when the query names the message's speaker ("What did Melanie paint?").
+- a bonus when the query names the message's speaker ("What did Melanie paint?");
+- a bonus when the query names a time the message falls in ("... on 3 June, 2023?", "... in June?",
+  "... last week?", read against the query's reference time and timezone: retrieval.timewindow);
+- a small penalty for a turn that only asks (ends with "?"): the answer after it tells more.
 
 Messages are packed greedily in that order while they fit; pieces are then printed in
 chronological order. A piece cites exactly the messages whose text it contains.
@@ -34,6 +38,7 @@ from memory.models import Episode, Message
 from memory.store import message_record_id
 from memory.timeutil import format_date, utc_now
 from retrieval.search import EPISODE_KINDS, Candidate, Searcher, episode_score, recency_factor
+from retrieval.timewindow import time_mentions
 from retrieval.types import Citation, ContextQuery, ContextResult
 
 TokenCounter = Callable[[str], int]
@@ -52,6 +57,9 @@ class PackingPolicy:
     neighbour_share: float = 0.4  # weight of the best adjacent message's own signal
     titles: bool = False  # print the episode title in each piece's header
     speaker_bonus: float = 0.2  # added to the messages of a speaker the query names
+    time_bonus: float = 0.5  # added to the messages from a time the query names
+    question_penalty: float = 0.1  # taken from a turn that ends with a question mark
+    episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
 
 
 def message_line(message: Message) -> str:
@@ -160,7 +168,7 @@ class ContextBuilder:
         ]
         messages = self._searcher.messages_of(group_id, episodes)
         # Exact signals for every message of those episodes, whether or not it made a candidate list.
-        cosine = self._searcher.similarities(group_id, query.query, episodes)
+        cosine = self._searcher.similarities(group_id, query.query, episodes, episode_centroid=policy.episode_centroid)
         index, keyword = self._searcher.keyword_scores(group_id, query.query)
         top_keyword = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
 
@@ -171,6 +179,7 @@ class ContextBuilder:
 
         now = query.reference_time or utc_now()
         named = named_speakers(query.query, (m for items in messages.values() for m in items))
+        times = time_mentions(query.query, reference=query.reference_time, timezone=query.timezone)
         ranked: list[tuple[float, _Piece, int]] = []
         for episode in episodes:
             items = messages.get(episode.uuid, [])
@@ -186,6 +195,10 @@ class ContextBuilder:
                 )
                 if message.speaker.casefold() in named:
                     score += policy.speaker_bonus
+                if any(mention.covers(message.timestamp) for mention in times):
+                    score += policy.time_bonus
+                if message.content.rstrip().endswith("?"):
+                    score -= policy.question_penalty
                 if query.recency_weight > 0:
                     score *= recency_factor(message.timestamp, now, query.recency_weight, query.recency_half_life_days)
                 ranked.append((score, piece, position))

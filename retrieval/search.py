@@ -216,23 +216,32 @@ class Searcher:
         messages = [stored[i].message for i in episode.source_message_ids if i in stored]
         return sorted(messages, key=lambda message: message.timestamp)
 
-    def similarities(self, group_id: str, query: str, episodes: list[Episode]) -> dict[str, float]:
+    def similarities(
+        self, group_id: str, query: str, episodes: list[Episode], *, episode_centroid: float = 0.0
+    ) -> dict[str, float]:
         """Exact cosine of the query with each episode and each of its messages, in one read;
-        keys are episode ids and message record ids (store.message_record_id)."""
-        ids = [episode.uuid for episode in episodes] + [
-            message_record_id(episode.session_id, message_id)
+        keys are episode ids and message record ids (store.message_record_id). With
+        ``episode_centroid`` > 0 an episode's cosine is that share of the cosine with the centroid of
+        its messages' vectors plus the rest of its own: the episode's vector is of its first
+        EPISODE_EMBED_CHARS characters (and the model reads 256 wordpieces), the centroid sees every turn."""
+        message_ids = {
+            episode.uuid: [message_record_id(episode.session_id, m) for m in episode.source_message_ids]
             for episode in episodes
-            for message_id in episode.source_message_ids
-        ]
+        }
+        ids = list(message_ids) + [record_id for records in message_ids.values() for record_id in records]
         if not ids:
             return {}
         query_vector = unit(self.embed_query(query))
         records = self._store.get_vectors(group_id, ids=ids, include_embeddings=True)
-        return {
-            record.id: float(unit(record.embedding) @ query_vector)
-            for record in records
-            if record.embedding is not None
-        }
+        directions = {record.id: unit(record.embedding) for record in records if record.embedding is not None}
+        cosine = {record_id: float(direction @ query_vector) for record_id, direction in directions.items()}
+        if episode_centroid > 0:
+            for episode_id, records_of in message_ids.items():
+                vectors = [directions[record_id] for record_id in records_of if record_id in directions]
+                if episode_id in cosine and vectors:
+                    centroid = float(unit(np.mean(vectors, axis=0)) @ query_vector)
+                    cosine[episode_id] = (1 - episode_centroid) * cosine[episode_id] + episode_centroid * centroid
+        return cosine
 
     def keyword_scores(self, group_id: str, query: str) -> tuple[KeywordIndex, np.ndarray]:
         index = self.keyword_index(group_id)

@@ -1,5 +1,9 @@
 """Natural-language time windows ("last week", "in March 2023", "2 days ago") resolved
-against a reference time in a timezone. Windows are half-open: [start, end)."""
+against a reference time in a timezone. Windows are half-open: [start, end).
+
+``parse_time_window`` reads a phrase that is only a time; ``time_mentions`` finds the times a
+free-text query names ("What did Maria donate on 3 June, 2023?", "... in June?", "... last week?").
+"""
 
 from __future__ import annotations
 
@@ -180,3 +184,77 @@ def _parse(phrase: str, now: datetime, tz: ZoneInfo) -> tuple[datetime | None, d
                 return None
             return start, start + timedelta(days=1)
     return None
+
+
+# -- times named inside a query ---------------------------------------------------------------------
+
+_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_FULL_MONTH = "|".join(name for name in _MONTHS if len(name) > 3 and name != "sept")
+_ORDINAL = r"(?:st|nd|rd|th)?"
+# In priority order: a longer, more precise mention wins over the shorter ones inside it.
+_MENTIONS = [
+    re.compile(rf"\b(\d{{1,2}}){_ORDINAL}\s+(?:of\s+)?({_MONTH})\.?\s*,?\s*(\d{{4}})\b"),  # 3 June, 2023
+    re.compile(rf"\b({_MONTH})\.?\s+(\d{{1,2}}){_ORDINAL}\s*,?\s*(\d{{4}})\b"),  # October 13, 2023
+    re.compile(r"\b\d{4}-\d{2}(?:-\d{2})?\b"),  # 2023-06-03, 2023-06
+    re.compile(rf"\b({_MONTH})\.?\s*,?\s+(\d{{4}})\b"),  # June 2023
+    re.compile(r"\b(?:yesterday|today|(?:this|last|previous)\s+(?:week|month|year))\b"),
+    re.compile(rf"\b{_COUNT}\s+{_UNIT}\s+ago\b|\b(?:past|last)\s+{_COUNT}\s+{_UNIT}\b"),
+    re.compile(r"\blast\s+(?:" + "|".join(_WEEKDAYS) + r")\b"),
+    re.compile(r"\b(?:19|20)\d{2}\b"),  # 2023
+]
+# A bare month names that month of any year; "may" only after a preposition (it is also a verb).
+_BARE_MONTH = re.compile(rf"\b(?:(?:in|during|of|since|until|by|from|through)\s+(may)|({_FULL_MONTH}))\b")
+
+
+@dataclass(frozen=True)
+class TimeMention:
+    """A time a query names: a window, or a month of any year (a bare "June")."""
+
+    phrase: str
+    window: TimeWindow | None = None
+    month: int | None = None
+    timezone: str = "UTC"
+
+    def covers(self, moment: datetime) -> bool:
+        if self.window is not None:
+            return self.window.contains(moment)
+        return moment.astimezone(zone(self.timezone)).month == self.month
+
+
+def time_mentions(text: str, *, reference: datetime | None = None, timezone: str = "UTC") -> list[TimeMention]:
+    """The times ``text`` names, each read as ``parse_time_window`` reads it (relative ones against
+    ``reference``, default now, in ``timezone``); an unreadable date ("31 February 2023") is skipped."""
+    tz = zone(timezone)
+    now = (reference or datetime.now(UTC)).astimezone(tz)
+    folded = text.casefold()
+    taken: list[tuple[int, int]] = []
+    found: list[TimeMention] = []
+
+    def free(span: tuple[int, int]) -> bool:
+        return all(span[1] <= start or end <= span[0] for start, end in taken)
+
+    for pattern in _MENTIONS:
+        for match in pattern.finditer(folded):
+            if not free(match.span()):
+                continue
+            phrase = re.sub(rf"(\d){_ORDINAL}\b", r"\1", match.group(0))
+            phrase = " ".join(re.sub(r"\bof\b|[.,]", " ", phrase).split())
+            window = _parse(phrase, now, tz)
+            if window is None:
+                continue
+            taken.append(match.span())
+            start, end = window
+            found.append(
+                TimeMention(
+                    phrase=match.group(0),
+                    window=TimeWindow(
+                        start=start.astimezone(UTC) if start else None, end=end.astimezone(UTC) if end else None
+                    ),
+                    timezone=timezone,
+                )
+            )
+    for match in _BARE_MONTH.finditer(folded):
+        if free(match.span()):
+            name = match.group(1) or match.group(2)
+            found.append(TimeMention(phrase=name, month=_MONTHS[name], timezone=timezone))
+    return found

@@ -4,6 +4,7 @@ touches storage. Real uvicorn is exercised in test_client.py."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,10 +44,19 @@ def assert_error(response, status: int, code: str) -> dict:
     return body["error"]
 
 
+def recovered(test_client: TestClient) -> TestClient:
+    """Wait for the startup recovery: on a shared Chroma server it may otherwise form (as an idle tail)
+    a session a test is still writing to."""
+    deadline = time.monotonic() + 60
+    while test_client.get("/readyz").json().get("recovering") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return test_client
+
+
 @pytest.fixture
 def client(service: Epimem) -> Iterator[TestClient]:
     with TestClient(create_app(service)) as test_client:
-        yield test_client
+        yield recovered(test_client)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +74,7 @@ def local_app(
         test_client = TestClient(create_app(service, settings))
         test_client.__enter__()
         clients.append(test_client)
-        return test_client
+        return recovered(test_client)
 
     yield make
     for test_client in clients:
@@ -338,6 +348,7 @@ def test_deletion_schema_mirrors_the_receipt() -> None:
 def test_episodes_form_off_the_request_path(make_service: Callable[..., Epimem], group_id: str) -> None:
     service = make_service(background=True, auto_flush_pending=4, episode_max_messages=4)
     with TestClient(create_app(service)) as client:
+        recovered(client)
         added = client.post(f"/v1/groups/{group_id}/sessions/s1/messages", json={"messages": messages(9)})
         assert added.status_code == 200 and added.json()["pending"] == 9  # answered before any formation
         assert service.wait_idle(timeout=120)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -147,3 +148,56 @@ def test_a_named_speaker_s_message_comes_first_in_a_tight_budget(service: Epimem
         result = service.context(group_id, f"What did {name} paint?", token_budget=40)
         turns = [line for line in result.text.splitlines()[2:] if line != "…"]
         assert turns and all(line.startswith(f"{name}:") for line in turns), result.text
+
+
+def test_a_message_from_the_time_the_query_names_comes_first(service: Epimem, group_id: str) -> None:
+    # The same words on three days: only the date in the question tells them apart.
+    for day in range(3):
+        when = T0 + timedelta(days=day)
+        service.add_messages(
+            group_id,
+            f"day-{day}",
+            [
+                {
+                    "id": f"d{day}",
+                    "content": "I baked bread with my kids today.",
+                    "producer_id": "Melanie",
+                    "timestamp": when.isoformat(),
+                },
+                {
+                    "id": f"r{day}",
+                    "content": "Lovely, enjoy it!",
+                    "producer_id": "Caroline",
+                    "timestamp": (when + timedelta(minutes=1)).isoformat(),
+                },
+            ],
+        )
+        service.flush(group_id, f"day-{day}")
+    for day in range(3):
+        when = T0 + timedelta(days=day)
+        result = service.context(group_id, f"What did Melanie bake on {when:%d %B %Y}?", token_budget=30)
+        assert [m for c in result.citations for m in c.message_ids] == [f"d{day}"], result.text
+
+
+def test_a_turn_that_only_asks_yields_to_its_answer(service: Epimem, group_id: str) -> None:
+    messages = [
+        ("Caroline", "Which book did you read on the plane?"),
+        ("Melanie", "I read a book on the plane, a thriller about a heist."),
+    ]
+    service.add_messages(
+        group_id,
+        "s",
+        [
+            {"id": f"m{i}", "content": text, "producer_id": who, "timestamp": (T0 + timedelta(minutes=i)).isoformat()}
+            for i, (who, text) in enumerate(messages)
+        ],
+    )
+    service.flush(group_id, "s")
+    builder = service.context_builder
+    query = ContextQuery(query="which book was read on the plane", token_budget=36)  # room for one turn
+    chosen = {}
+    for penalty in (0.0, 0.5):
+        builder.policy = replace(builder.policy, question_penalty=penalty)
+        chosen[penalty] = [m for c in builder.build(group_id, query).citations for m in c.message_ids]
+    # The question is the closer match; the penalty lets the answer take the one place.
+    assert chosen == {0.0: ["m0"], 0.5: ["m1"]}

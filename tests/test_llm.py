@@ -305,6 +305,8 @@ def test_flush_produces_llm_episodes_that_are_stored_and_searchable(
     assert hits and "Bubbles" in hits[0].episode.content and hits[0].episode.generation is GenerationMethod.LLM
     assert service.pending_messages(group_id, "s1") == 0
     assert service.generator_stats().calls == 3
+    service.close()  # and the LLM client's connections with it
+    assert isinstance(service.generator, LLMEpisodeGenerator) and service.generator.client._client.is_closed()
 
 
 def test_a_failing_llm_still_forms_every_message_into_fallback_episodes(

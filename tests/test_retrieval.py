@@ -152,3 +152,31 @@ def test_search_never_leaves_the_group(service: Epimem, group_id: str) -> None:
 def test_window_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="start must be before end"):
         SearchQuery(query="x", start=REF, end=T0)
+
+
+def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(service: Epimem, group_id: str) -> None:
+    # The episode's own vector is of its first 1,000 characters: the meteor shower comes after them.
+    start = datetime(2023, 5, 8, 10, tzinfo=UTC)
+    cooking = "We spent the whole afternoon cooking a slow tomato sauce with basil, garlic and olive oil for the kids."
+    lines = [cooking] * 10 + ["Then we drove to the hills and watched the Perseid meteor shower from our tent."] * 2
+    service.add_messages(
+        group_id,
+        "s",
+        [
+            {
+                "id": str(i),
+                "content": text,
+                "producer_id": "ana",
+                "timestamp": (start + timedelta(minutes=i)).isoformat(),
+            }
+            for i, text in enumerate(lines)
+        ],
+    )
+    (episode,) = service.flush(group_id, "s")
+    query = "meteor shower camping trip"
+    own = service.searcher.similarities(group_id, query, [episode])
+    blended = service.searcher.similarities(group_id, query, [episode], episode_centroid=0.5)
+    assert blended[episode.uuid] > own[episode.uuid] + 0.05
+    assert {k: v for k, v in blended.items() if k != episode.uuid} == {
+        k: v for k, v in own.items() if k != episode.uuid
+    }

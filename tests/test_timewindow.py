@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from memory.errors import InvalidInputError
-from retrieval.timewindow import parse_time_window
+from retrieval.timewindow import parse_time_window, time_mentions
 
 # Wednesday 15 March 2023, 10:00 UTC.
 REF = datetime(2023, 3, 15, 10, 0, tzinfo=UTC)
@@ -68,3 +68,51 @@ def test_unreadable_windows_are_refused(text: str) -> None:
 def test_unknown_timezone_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="timezone"):
         parse_time_window("today", reference=REF, timezone="Mars/Olympus")
+
+
+@pytest.mark.parametrize(
+    ("query", "windows"),
+    [
+        ("What did Maria donate on 3 June, 2023?", [(d(2023, 6, 3), d(2023, 6, 4))]),
+        ("What did Tim read on 8th December, 2023?", [(d(2023, 12, 8), d(2023, 12, 9))]),
+        ("What did Melanie show on October 13, 2023?", [(d(2023, 10, 13), d(2023, 10, 14))]),
+        ("Where was the picture shared on December 1,2023 taken?", [(d(2023, 12, 1), d(2023, 12, 2))]),
+        ("What did John host in May 2023?", [(d(2023, 5, 1), d(2023, 6, 1))]),
+        ("What happened on 2023-03-01?", [(d(2023, 3, 1), d(2023, 3, 2))]),
+        ("How often did she go to the beach in 2022?", [(d(2022, 1, 1), d(2023, 1, 1))]),
+        (
+            "What did I cook yesterday and last week?",
+            [(d(2023, 3, 14), d(2023, 3, 15)), (d(2023, 3, 6), d(2023, 3, 13))],
+        ),
+        ("what did we plan 2 days ago", [(d(2023, 3, 13), d(2023, 3, 14))]),
+        ("Who did I meet last Monday?", [(d(2023, 3, 13), d(2023, 3, 14))]),
+        ("What did Caroline paint?", []),
+        ("Which 3 cities are on the 10 list?", []),
+    ],
+)
+def test_times_a_query_names(query: str, windows: list[tuple[datetime, datetime]]) -> None:
+    found = time_mentions(query, reference=REF)
+    assert [(m.window.start, m.window.end) for m in found if m.window] == windows
+    assert all(m.month is None for m in found)
+
+
+def test_a_bare_month_is_that_month_of_any_year_and_may_needs_a_preposition() -> None:
+    (june,) = time_mentions("When did Melanie go camping in June?", reference=REF)
+    assert june.window is None and june.month == 6
+    assert june.covers(d(2019, 6, 30, 23)) and june.covers(d(2024, 6, 1)) and not june.covers(d(2023, 7, 1))
+    assert time_mentions("What may Caroline paint?", reference=REF) == []
+    assert [m.month for m in time_mentions("What may Caroline paint in May?", reference=REF)] == [5]
+    # In Tokyo, 30 June 20:00 UTC is already 1 July.
+    (tokyo,) = time_mentions("in June", reference=REF, timezone="Asia/Tokyo")
+    assert not tokyo.covers(d(2023, 6, 30, 20)) and tokyo.covers(d(2023, 5, 31, 20))
+
+
+def test_relative_mentions_follow_the_timezone_and_impossible_dates_fall_back() -> None:
+    (yesterday,) = time_mentions("what did I do yesterday", reference=REF, timezone="Asia/Tokyo")
+    assert yesterday.window == parse_time_window("yesterday", reference=REF, timezone="Asia/Tokyo")
+    # No 31 February: the month it names is still a time the query names.
+    (february,) = time_mentions("What happened on 31 February 2023?", reference=REF)
+    assert february.window is not None and (february.window.start, february.window.end) == (
+        d(2023, 2, 1),
+        d(2023, 3, 1),
+    )
