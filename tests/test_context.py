@@ -177,6 +177,11 @@ def test_a_message_from_the_time_the_query_names_comes_first(service: Epimem, gr
         when = T0 + timedelta(days=day)
         result = service.context(group_id, f"What did Melanie bake on {when:%d %B %Y}?", token_budget=30)
         assert [m for c in result.citations for m in c.message_ids] == [f"d{day}"], result.text
+        # A relative time is read against the request's reference time (and timezone).
+        relative = service.context(
+            group_id, "What did Melanie bake yesterday?", token_budget=30, reference_time=when + timedelta(days=1)
+        )
+        assert [m for c in relative.citations for m in c.message_ids] == [f"d{day}"], relative.text
 
 
 def test_a_turn_that_only_asks_yields_to_its_answer(service: Epimem, group_id: str) -> None:
