@@ -124,7 +124,10 @@ def parse_time_window(text: str, *, reference: datetime | None = None, timezone:
             f"cannot read the time window {text!r}; try 'yesterday', 'last week', '3 days ago', "
             "'past 2 weeks', 'in March 2023', '2023' or an ISO date"
         )
-    start, end = window
+    return _utc_window(*window)
+
+
+def _utc_window(start: datetime | None, end: datetime | None) -> TimeWindow:
     return TimeWindow(start=start.astimezone(UTC) if start else None, end=end.astimezone(UTC) if end else None)
 
 
@@ -223,7 +226,8 @@ class TimeMention:
 
 def time_mentions(text: str, *, reference: datetime | None = None, timezone: str = "UTC") -> list[TimeMention]:
     """The times ``text`` names, each read as ``parse_time_window`` reads it (relative ones against
-    ``reference``, default now, in ``timezone``); an unreadable date ("31 February 2023") is skipped."""
+    ``reference``, default now, in ``timezone``); an impossible date ("31 February 2023") is read as the
+    month it names."""
     tz = zone(timezone)
     now = (reference or datetime.now(UTC)).astimezone(tz)
     folded = text.casefold()
@@ -243,16 +247,7 @@ def time_mentions(text: str, *, reference: datetime | None = None, timezone: str
             if window is None:
                 continue
             taken.append(match.span())
-            start, end = window
-            found.append(
-                TimeMention(
-                    phrase=match.group(0),
-                    window=TimeWindow(
-                        start=start.astimezone(UTC) if start else None, end=end.astimezone(UTC) if end else None
-                    ),
-                    timezone=timezone,
-                )
-            )
+            found.append(TimeMention(phrase=match.group(0), window=_utc_window(*window), timezone=timezone))
     for match in _BARE_MONTH.finditer(folded):
         if free(match.span()):
             name = match.group(1) or match.group(2)
