@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from api.auth import KeyRing
 from api.errors import install_error_handlers
 from api.facade import Epimem
+from api.mcp_http import mount_mcp
 from api.metrics import Metrics
 from api.middleware import RequestMiddleware
 from api.routes import ops, v1
@@ -95,6 +96,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     install_error_handlers(app)
     app.include_router(v1)
     app.include_router(ops)
+    mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem[mcp])
     app.add_middleware(RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes)
     return app
 

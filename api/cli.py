@@ -404,5 +404,10 @@ def reembed(
         )
 
 
+from api.cli_mcp import register as _register_mcp  # noqa: E402
+
+_register_mcp(app)
+
+
 if __name__ == "__main__":
     app()

@@ -20,24 +20,12 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
-from api.schemas import (
-    AddReceiptOut,
-    DeletionOut,
-    EpisodeOut,
-    EpisodesOut,
-    HistoryOut,
-    ImportOut,
-    SearchOut,
-    SessionsOut,
-)
 from memory import errors
 from memory.errors import EpimemError, InvalidInputError
-from memory.ingestion import AddReceipt
 from memory.models import Episode, GroupConfiguration, Message, SessionInfo
-from memory.store import DeletionReceipt
-from memory.transfer import ImportReceipt
+from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from retrieval.types import ContextQuery, ContextResult, SearchHit, SearchQuery, TimelinePage
 
 T = TypeVar("T")
@@ -97,6 +85,25 @@ def _model(cls: type[BaseModel]) -> Callable[[httpx.Response], Any]:
     return lambda response: cls.model_validate_json(response.content)
 
 
+def _field(name: str, kind: Any) -> Callable[[httpx.Response], Any]:
+    """One field of a response object, validated as ``kind`` (the server's wrappers live in
+    ``api.schemas``, which needs FastAPI: the client reads the same JSON without it)."""
+    adapter: TypeAdapter[Any] = TypeAdapter(kind)
+    return lambda response: adapter.validate_python(response.json()[name])
+
+
+def _dataclass(kind: type[T]) -> Callable[[httpx.Response], T]:
+    adapter = TypeAdapter(kind)
+    return lambda response: adapter.validate_json(response.content)
+
+
+class EpisodeOut(BaseModel):
+    """``GET …/episodes/{id}``: the episode and, with ``?expand=messages``, its source messages."""
+
+    episode: Episode
+    messages: list[Message] | None = None
+
+
 @dataclass(frozen=True)
 class _Call(Generic[T]):
     method: str
@@ -120,10 +127,6 @@ def _messages_json(messages: Iterable[MessageInput]) -> list[Any]:
     return [m.model_dump(mode="json") if isinstance(m, Message) else dict(m) for m in messages]
 
 
-def _receipt(response: httpx.Response) -> DeletionReceipt:
-    return DeletionReceipt(**DeletionOut.model_validate_json(response.content).model_dump())
-
-
 def _params(**values: Any) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else str(v)) for k, v in values.items() if v is not None}
 
@@ -133,27 +136,19 @@ class _Calls:
 
     @staticmethod
     def add_messages(group_id: str, session_id: str, messages: Iterable[MessageInput]) -> _Call[AddReceipt]:
-        def parse(response: httpx.Response) -> AddReceipt:
-            out = AddReceiptOut.model_validate_json(response.content)
-            return AddReceipt(accepted=out.accepted, duplicates=out.duplicates, pending=out.pending)
-
         body = {"messages": _messages_json(messages)}
-        return _Call("POST", _session(group_id, session_id) + "/messages", parse, json=body)
+        return _Call("POST", _session(group_id, session_id) + "/messages", _dataclass(AddReceipt), json=body)
 
     @staticmethod
     def flush(group_id: str, session_id: str) -> _Call[list[Episode]]:
-        return _Call(
-            "POST",
-            _session(group_id, session_id) + "/flush",
-            lambda r: EpisodesOut.model_validate_json(r.content).episodes,
-        )
+        return _Call("POST", _session(group_id, session_id) + "/flush", _field("episodes", list[Episode]))
 
     @staticmethod
     def history(group_id: str, session_id: str, limit: int, offset: int) -> _Call[list[Message]]:
         return _Call(
             "GET",
             _session(group_id, session_id) + "/messages",
-            lambda r: HistoryOut.model_validate_json(r.content).messages,
+            _field("messages", list[Message]),
             params=_params(limit=limit, offset=offset),
         )
 
@@ -161,9 +156,7 @@ class _Calls:
     def search(group_id: str, query: str | SearchQuery, options: dict[str, Any]) -> _Call[list[SearchHit]]:
         search = query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
         body = search.model_dump(mode="json", exclude_defaults=True)
-        return _Call(
-            "POST", _group(group_id) + "/search", lambda r: SearchOut.model_validate_json(r.content).hits, json=body
-        )
+        return _Call("POST", _group(group_id) + "/search", _field("hits", list[SearchHit]), json=body)
 
     @staticmethod
     def context(group_id: str, query: str | ContextQuery, options: dict[str, Any]) -> _Call[ContextResult]:
@@ -200,31 +193,26 @@ class _Calls:
 
     @staticmethod
     def list_sessions(group_id: str) -> _Call[list[SessionInfo]]:
-        return _Call(
-            "GET", _group(group_id) + "/sessions", lambda r: SessionsOut.model_validate_json(r.content).sessions
-        )
+        return _Call("GET", _group(group_id) + "/sessions", _field("sessions", list[SessionInfo]))
 
     @staticmethod
     def delete(path: str) -> _Call[DeletionReceipt]:
-        return _Call("DELETE", path, _receipt)
+        return _Call("DELETE", path, _dataclass(DeletionReceipt))
 
     @staticmethod
     def summaries(group_id: str, body: dict[str, Any]) -> _Call[list[Episode]]:
         return _Call(
             "POST",
             _group(group_id) + "/summaries",
-            lambda r: EpisodesOut.model_validate_json(r.content).episodes,
+            _field("episodes", list[Episode]),
             json={k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in body.items() if v is not None},
         )
 
     @staticmethod
     def import_group(lines: Iterable[str], group_id: str) -> _Call[ImportReceipt]:
-        def parse(response: httpx.Response) -> ImportReceipt:
-            return ImportReceipt(**ImportOut.model_validate_json(response.content).model_dump())
-
         content = "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
         headers = {"content-type": "application/x-ndjson"}
-        return _Call("POST", _group(group_id) + "/import", parse, content=content, headers=headers)
+        return _Call("POST", _group(group_id) + "/import", _dataclass(ImportReceipt), content=content, headers=headers)
 
     @staticmethod
     def export_path(group_id: str) -> str:

@@ -36,6 +36,7 @@ from memory.models import (
     SessionInfo,
     StoredMessage,
 )
+from memory.receipts import AddReceipt as AddReceipt  # re-exported: its old home
 from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.store import ChromaStore, VectorRecord, episode_metadata, message_record_id, message_vector_metadata
 from memory.timeutil import utc_now
@@ -45,13 +46,6 @@ log = logging.getLogger("epimem.ingest")
 # What is embedded for an episode: the title and the lead of the content. The model reads at
 # most 256 wordpieces; every message is embedded on its own too, so nothing is lost.
 EPISODE_EMBED_CHARS = 1000
-
-
-@dataclass(frozen=True)
-class AddReceipt:
-    accepted: list[str]
-    duplicates: list[str]
-    pending: int
 
 
 @dataclass

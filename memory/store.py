@@ -22,7 +22,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import chromadb
@@ -42,6 +42,7 @@ from memory.models import (
     SessionInfo,
     StoredMessage,
 )
+from memory.receipts import DeletionReceipt as DeletionReceipt  # re-exported: its old home
 from memory.timeutil import from_epoch, to_epoch
 
 REGISTRY = "epm-registry"
@@ -133,38 +134,6 @@ class VectorHit:
     document: str
     metadata: dict[str, Any]
     distance: float
-
-
-@dataclass
-class DeletionReceipt:
-    """What a delete removed, per store; ``ids`` lists every removed record id.
-
-    ``collections``: dropped Chroma collections; ``vectors``: records removed from partitions and
-    group indexes; ``log_records``: records removed from the group log. ``messages``, ``episodes``
-    and ``summaries`` name what was removed; ``repaired`` the episodes and summaries rebuilt from
-    what remained; ``caches`` the in-memory caches that were cleared.
-    """
-
-    collections: list[str] = field(default_factory=list)
-    vectors: int = 0
-    log_records: int = 0
-    ids: list[str] = field(default_factory=list)
-    messages: list[str] = field(default_factory=list)
-    episodes: list[str] = field(default_factory=list)
-    summaries: list[str] = field(default_factory=list)
-    repaired: list[str] = field(default_factory=list)
-    caches: list[str] = field(default_factory=list)
-
-    def merge(self, other: DeletionReceipt) -> None:
-        self.collections += other.collections
-        self.vectors += other.vectors
-        self.log_records += other.log_records
-        self.ids += other.ids
-        self.messages += other.messages
-        self.episodes += other.episodes
-        self.summaries += other.summaries
-        self.repaired += other.repaired
-        self.caches += other.caches
 
 
 def where_all(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:

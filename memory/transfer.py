@@ -33,6 +33,7 @@ from memory.embedding import Embedder
 from memory.errors import ConflictError, InvalidInputError
 from memory.ingestion import episode_embedding_text, message_embedding_text
 from memory.models import Episode, GroupConfiguration, MessageState, SessionInfo, StoredMessage, check_scope_id
+from memory.receipts import ImportReceipt as ImportReceipt  # re-exported: its old home
 from memory.store import (
     ChromaStore,
     VectorRecord,
@@ -111,19 +112,6 @@ def export_group(store: ChromaStore, group_id: str, *, include_embeddings: bool 
             line["embedding"] = [float(x) for x in record.embedding]
         yield _line(line)
     yield _line({"type": "end", "counts": counts})
-
-
-@dataclass
-class ImportReceipt:
-    group_id: str
-    source_group_id: str
-    source_model: str
-    reembedded: bool
-    sessions: int = 0
-    messages: int = 0
-    episodes: int = 0
-    summaries: int = 0
-    vectors: int = 0
 
 
 @dataclass

@@ -1,0 +1,99 @@
+"""The MCP tools over streamable HTTP at ``/mcp`` of the FastAPI app (stateless, JSON responses),
+behind the app's API keys: a request without a valid key gets the same 401 as every route, and a
+tool call on a group the key does not cover (or that needs a role it lacks) is refused.
+
+``mount_mcp(app)`` does nothing when the ``mcp`` package is not installed (``epimem[mcp]``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from api.auth import KeyRing, Role
+from api.errors import error_response
+
+log = logging.getLogger("epimem.mcp")
+MCP_PATH = "/mcp"
+
+
+def mcp_available() -> bool:
+    try:
+        import mcp.server.mcpserver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _key_guard(keys: KeyRing) -> Any:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    def guard(ctx: Any, group_id: str, role: str) -> None:
+        if not keys.enabled:
+            return
+        header = (ctx.headers or {}).get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        key = keys.find(token.strip()) if scheme.lower() == "bearer" else None
+        if key is None:
+            raise ToolError("unauthorized: missing or unknown API key")
+        if not key.covers(group_id):
+            raise ToolError("forbidden: this key may not access this group")
+        if key.role < Role[role.upper()]:
+            raise ToolError(f"forbidden: this key's role ({key.role.name.lower()}) may not do this; needs {role}")
+
+    return guard
+
+
+class _KeyedEndpoint:
+    """The SDK's request handler behind the API key check (401 before any MCP parsing)."""
+
+    def __init__(self, keys: KeyRing, manager: Any) -> None:
+        self.keys = keys
+        self.manager = manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.keys.enabled:
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            scheme, _, token = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or self.keys.find(token.strip()) is None:
+                response = error_response(401, "unauthorized", "missing or unknown API key", None)
+                response.headers["www-authenticate"] = "Bearer"
+                await response(scope, receive, send)
+                return
+        await self.manager.handle_request(scope, receive, send)
+
+
+def mount_mcp(app: FastAPI) -> bool:
+    """Serve the MCP tools at ``/mcp`` on the app's own service; returns False without the SDK."""
+    if not mcp_available():
+        return False
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from api.mcp_server import build_server
+
+    keys: KeyRing = app.state.keys
+    server = build_server(lambda: app.state.service, guard=_key_guard(keys))
+    # Origin and Host are checked by the app's own middleware for every path; the SDK's copy of
+    # that check would only know 127.0.0.1.
+    server.streamable_http_app(
+        json_response=True,
+        stateless_http=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    app.router.routes.append(Route(MCP_PATH, endpoint=_KeyedEndpoint(keys, manager), include_in_schema=False))
+    outer = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(inner_app: Any) -> AsyncIterator[Any]:
+        async with outer(inner_app) as state, manager.run():
+            yield state
+
+    app.router.lifespan_context = lifespan
+    return True

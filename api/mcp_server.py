@@ -1,0 +1,268 @@
+"""epimem as an MCP server (the official ``mcp`` SDK, 2.x): the same seven tools over stdio
+(``epimem mcp``) and over streamable HTTP (mounted at ``/mcp`` by ``api.mcp_http``).
+
+The tools call a *backend* with the facade's method names: the in-process ``Epimem`` (a data
+folder) or an ``EpimemClient`` (a running epimem, ``--url``). A ``guard`` sees every call with the
+group it touches and the role it needs; over HTTP it applies the same API keys as every route.
+
+    epimem mcp --data-dir ./data --group team-a            # in process
+    epimem mcp --url http://127.0.0.1:8000 --api-key KEY   # a running epimem
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, Any, Protocol
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from memory.errors import EpimemError
+from memory.models import Episode, Message, Role
+
+READ, WRITE = "read", "write"
+Guard = Callable[[Context, str, str], None]  # (context, group id, "read" | "write") -> raises ToolError
+
+
+class Backend(Protocol):
+    """The facade's methods the tools use (``Epimem`` and ``EpimemClient`` both have them)."""
+
+    def add_messages(self, group_id: str, session_id: str, messages: Any) -> Any: ...
+    def flush(self, group_id: str, session_id: str) -> list[Episode]: ...
+    def search(self, group_id: str, query: str, **options: Any) -> Any: ...
+    def context(self, group_id: str, query: str, **options: Any) -> Any: ...
+    def timeline(self, group_id: str, **params: Any) -> Any: ...
+    def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode: ...
+    def episode_messages(self, group_id: str, episode: Episode) -> list[Message]: ...
+    def list_sessions(self, group_id: str) -> Any: ...
+    def delete_session(self, group_id: str, session_id: str) -> Any: ...
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation."""
+
+    id: str = Field(description="stable id of the message; re-sending the same id is a no-op")
+    content: str = Field(description="what was said")
+    role: Role = Field(default=Role.USER, description="user, assistant, system or tool")
+    speaker: str | None = Field(default=None, description="who said it (a name)")
+    timestamp: datetime | None = Field(default=None, description="when it was said (ISO 8601); default: now")
+
+
+class Hit(BaseModel):
+    episode_id: str
+    session_id: str
+    title: str
+    content: str
+    timestamp: datetime
+    score: float
+    message_ids: list[str] = Field(description="ids of the source messages")
+
+
+GroupArg = Annotated[str | None, Field(description="group (memory space); omit to use the server's default group")]
+SessionArg = Annotated[str, Field(description="session (conversation thread) id inside the group")]
+SessionsArg = Annotated[list[str] | None, Field(description="only these sessions; default: the whole group")]
+TimeArg = Annotated[str | None, Field(description="time window in words, e.g. 'last week', 'in March 2023'")]
+RefTimeArg = Annotated[datetime | None, Field(description="what 'now' means for `time` (ISO 8601); default: now")]
+
+
+def _hit(hit: Any) -> Hit:
+    episode = hit.episode
+    return Hit(
+        episode_id=episode.uuid,
+        session_id=episode.session_id,
+        title=episode.title,
+        content=episode.content,
+        timestamp=episode.timestamp,
+        score=round(float(hit.score), 6),
+        message_ids=list(episode.source_message_ids),
+    )
+
+
+def _scope(sessions: list[str] | None, time: str | None, reference_time: datetime | None) -> dict[str, Any]:
+    options = {"session_ids": sessions, "time": time, "reference_time": reference_time}
+    return {key: value for key, value in options.items() if value is not None}
+
+
+class Tools:
+    """The tool bodies: resolve the group, check it, run the backend call off the event loop."""
+
+    def __init__(self, backend: Callable[[], Backend], default_group: str | None, guard: Guard | None) -> None:
+        self.backend = backend
+        self.default_group = default_group
+        self.guard = guard
+
+    async def run(self, ctx: Context, group: str | None, role: str, call: Callable[[Backend, str], Any]) -> Any:
+        group_id = group or self.default_group
+        if not group_id:
+            raise ToolError("invalid_input: no group given and the server has no default group (--group)")
+        if self.guard is not None:
+            self.guard(ctx, group_id, role)
+        backend = self.backend()
+        try:
+            return await anyio.to_thread.run_sync(lambda: call(backend, group_id))
+        except EpimemError as error:
+            raise ToolError(f"{error.code}: {error.message}") from error
+
+
+def build_server(
+    backend: Callable[[], Backend], *, default_group: str | None = None, guard: Guard | None = None
+) -> MCPServer:
+    tools = Tools(backend, default_group, guard)
+    server = MCPServer(
+        "epimem",
+        instructions="Long-term episodic memory: store conversations, then search them or get cited context.",
+    )
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
+    async def add_messages(
+        ctx: Context,
+        session: SessionArg,
+        messages: Annotated[list[ChatMessage], Field(min_length=1, description="the messages, oldest first")],
+        group: GroupArg = None,
+        flush: Annotated[bool, Field(description="close the session's open episode now")] = False,
+    ) -> dict[str, Any]:
+        """Store messages of a conversation in memory (idempotent by message id)."""
+        batch = [
+            Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker, timestamp=m.timestamp)
+            if m.timestamp is not None
+            else Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker)
+            for m in messages
+        ]
+
+        def call(b: Backend, g: str) -> dict[str, Any]:
+            receipt = b.add_messages(g, session, batch)
+            episodes = b.flush(g, session) if flush else []
+            return {
+                "accepted": list(receipt.accepted),
+                "duplicates": list(receipt.duplicates),
+                "episodes_created": [e.uuid for e in episodes],
+            }
+
+        return dict(await tools.run(ctx, group, WRITE, call))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def search_memory(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, description="what to look for, in plain words")],
+        group: GroupArg = None,
+        k: Annotated[int, Field(ge=1, le=100, description="how many episodes to return")] = 5,
+        sessions: SessionsArg = None,
+        time: TimeArg = None,
+        reference_time: RefTimeArg = None,
+    ) -> list[Hit]:
+        """Find the episodes (remembered stretches of conversation) most relevant to a query."""
+        options = {"k": k, **_scope(sessions, time, reference_time)}
+        hits = await tools.run(ctx, group, READ, lambda b, g: b.search(g, query, **options))
+        return [_hit(hit) for hit in hits]
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_context(
+        ctx: Context,
+        query: Annotated[str, Field(min_length=1, description="the question the context should answer")],
+        group: GroupArg = None,
+        token_budget: Annotated[int, Field(ge=16, le=32_000, description="most tokens of text to return")] = 1000,
+        sessions: SessionsArg = None,
+        time: TimeArg = None,
+        reference_time: RefTimeArg = None,
+    ) -> dict[str, Any]:
+        """Memory packed for a prompt: cited text within a token budget, in time order."""
+        options = {"token_budget": token_budget, **_scope(sessions, time, reference_time)}
+        result = await tools.run(ctx, group, READ, lambda b, g: b.context(g, query, **options))
+        return dict(result.model_dump(mode="json"))
+
+    register_browse_tools(server, tools)
+    return server
+
+
+def register_browse_tools(server: MCPServer, tools: Tools) -> None:
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_timeline(
+        ctx: Context,
+        group: GroupArg = None,
+        session: Annotated[str | None, Field(description="only this session")] = None,
+        start: Annotated[datetime | None, Field(description="from this time (inclusive, ISO 8601)")] = None,
+        end: Annotated[datetime | None, Field(description="until this time (exclusive, ISO 8601)")] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="episodes per page")] = 20,
+        cursor: Annotated[str | None, Field(description="`next_cursor` of the previous page")] = None,
+    ) -> dict[str, Any]:
+        """Episodes in time order (oldest first), paged."""
+        params = {"session_id": session, "start": start, "end": end, "limit": limit, "cursor": cursor}
+        params = {key: value for key, value in params.items() if value is not None}
+        page = await tools.run(ctx, group, READ, lambda b, g: b.timeline(g, **params))
+        return dict(page.model_dump(mode="json"))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_episode(
+        ctx: Context,
+        episode_id: Annotated[str, Field(description="the episode's id (from search_memory or get_timeline)")],
+        session: SessionArg,
+        group: GroupArg = None,
+    ) -> dict[str, Any]:
+        """One episode with the exact messages it was made from."""
+
+        def call(b: Backend, g: str) -> dict[str, Any]:
+            episode = b.get_episode(g, session, episode_id)
+            messages = b.episode_messages(g, episode)
+            return {
+                "episode": episode.model_dump(mode="json"),
+                "messages": [m.model_dump(mode="json") for m in messages],
+            }
+
+        return dict(await tools.run(ctx, group, READ, call))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def list_sessions(ctx: Context, group: GroupArg = None) -> list[dict[str, Any]]:
+        """The sessions (conversation threads) of a group, oldest first."""
+        sessions = await tools.run(ctx, group, READ, lambda b, g: b.list_sessions(g))
+        return [s.model_dump(mode="json") for s in sessions]
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, read_only_hint=False))
+    async def delete_session(ctx: Context, session: SessionArg, group: GroupArg = None) -> dict[str, Any]:
+        """Delete a session: its messages, episodes and vectors. Cannot be undone."""
+        receipt = await tools.run(ctx, group, WRITE, lambda b, g: b.delete_session(g, session))
+        return {"messages": len(receipt.messages), "episodes": len(receipt.episodes), "vectors": receipt.vectors}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="epimem mcp", description="epimem's MCP server over stdio")
+    parser.add_argument("--data-dir", help="data folder of the in-process service (default: EPIMEM_DATA_DIR)")
+    parser.add_argument("--url", help="a running epimem instead of a data folder, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--api-key", help="API key for --url (default: EPIMEM_API_KEY)")
+    parser.add_argument("--group", help="default group when a tool call names none")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``epimem mcp``: serve the tools over stdio until the client closes the pipe."""
+    import os
+
+    args = _parser().parse_args(argv)
+    if args.url:
+        from api.client import EpimemClient
+
+        client = EpimemClient(args.url, api_key=args.api_key or os.environ.get("EPIMEM_API_KEY"))
+        server = build_server(lambda: client, default_group=args.group)
+        try:
+            server.run("stdio")
+        finally:
+            client.close()
+        return 0
+    from api.facade import Epimem
+    from memory.settings import Settings
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    service = Epimem.from_settings(settings)
+    try:
+        build_server(lambda: service, default_group=args.group).run("stdio")
+    finally:
+        service.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
