@@ -1,0 +1,86 @@
+"""What the framework adapters share: the memory they talk to, scope options, context pieces and
+stable message ids. No framework import here."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import datetime
+from typing import Any, Protocol
+
+from memory.models import Message
+from retrieval.types import Citation, ContextResult, SearchHit
+
+_PIECE_HEADER = re.compile(r"^\[\d{4}-\d{2}-\d{2}")
+
+
+class Memory(Protocol):
+    """``EpimemClient`` and the facade ``Epimem`` both fit."""
+
+    def search(self, group_id: str, query: Any, **options: Any) -> list[SearchHit]: ...
+    def context(self, group_id: str, query: Any, **options: Any) -> ContextResult: ...
+    def add_messages(self, group_id: str, session_id: str, messages: Any) -> Any: ...
+    def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]: ...
+    def delete_session(self, group_id: str, session_id: str) -> Any: ...
+
+
+def scope_options(session_ids: list[str] | None, time: str | None, reference_time: datetime | None) -> dict[str, Any]:
+    options = {"session_ids": session_ids, "time": time, "reference_time": reference_time}
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def hit_metadata(hit: SearchHit) -> dict[str, Any]:
+    episode = hit.episode
+    return {
+        "episode_id": episode.uuid,
+        "session_id": episode.session_id,
+        "timestamp": episode.timestamp.isoformat(),
+        "score": float(hit.score),
+        "source_message_ids": list(episode.source_message_ids),
+        "title": episode.title,
+    }
+
+
+def hit_text(hit: SearchHit) -> str:
+    return f"{hit.episode.title}\n{hit.episode.content}"
+
+
+def context_pieces(result: ContextResult) -> list[tuple[str, Citation | None]]:
+    """The context block cut into its cited pieces (one per episode, oldest first). If the text
+    cannot be matched to its citations, one piece with the whole text."""
+    blocks: list[list[str]] = []
+    for line in result.text.splitlines()[1:]:  # the first line is the block's header
+        if _PIECE_HEADER.match(line) or not blocks:
+            blocks.append([line])
+        else:
+            blocks[-1].append(line)
+    if len(blocks) != len(result.citations):
+        return [(result.text, None)] if result.text else []
+    return [("\n".join(block), citation) for block, citation in zip(blocks, result.citations, strict=True)]
+
+
+def citation_metadata(citation: Citation | None) -> dict[str, Any]:
+    if citation is None:
+        return {}
+    return {
+        "episode_id": citation.episode_id,
+        "session_id": citation.session_id,
+        "timestamp": citation.timestamp.isoformat(),
+        "source_message_ids": list(citation.message_ids),
+    }
+
+
+def stable_id(session_id: str, role: str, content: str, position: int) -> str:
+    """An id for a framework message that has none: the same message at the same place of the
+    same batch always gets the same id, so re-adding it is a no-op."""
+    digest = hashlib.sha256(f"{session_id}\x1f{role}\x1f{position}\x1f{content}".encode()).hexdigest()
+    return f"fw-{digest[:24]}"
+
+
+def full_history(memory: Memory, group_id: str, session_id: str, page: int = 1000) -> list[Message]:
+    messages: list[Message] = []
+    while True:
+        batch = memory.history(group_id, session_id, limit=page, offset=len(messages))
+        messages.extend(batch)
+        if len(batch) < page:
+            return messages
