@@ -20,11 +20,13 @@ from api.auth import KeyRing
 from api.errors import install_error_handlers
 from api.facade import Epimem
 from api.mcp_http import mount_mcp
+from api.home import home
 from api.metrics import Metrics
 from api.middleware import RequestMiddleware
 from api.routes import ops, v1
 from memory.errors import EpimemError
 from memory.settings import Settings
+from memory.lazy_embedding import LazyEmbedder
 
 log = logging.getLogger("epimem.api")
 
@@ -61,6 +63,8 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
         owned = service is None
         app.state.service = service if service is not None else Epimem.from_settings(settings)
         app.state.recovering = True
+        if owned and isinstance(app.state.service.embedder, LazyEmbedder):
+            app.state.service.embedder.model()  # a server loads its model before it listens
         recovery = threading.Thread(target=_recover, args=(app, app.state.service), name="epimem-recovery", daemon=True)
         recovery.start()
         if not keys.enabled:
@@ -95,6 +99,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.state.metrics = Metrics(lambda: app.state.service)
     install_error_handlers(app)
     app.include_router(v1)
+    app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
     mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem[mcp])
     app.add_middleware(RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes)

@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
+import typer.core
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from api.auth import KeyRing
+from api.cli_files import check_messages_file, file_kind, require_group
 from api.facade import Epimem
+from api.startup import AnnouncingServer, StartupError, banner, check_before_loading, check_data_dir, check_keys
 from memory.errors import EpimemError
 from memory.importers import read_jsonl, read_locomo
 from memory.settings import Settings
@@ -38,6 +42,15 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def _flag_type(option: typer.core.TyperOption, ctx: Any) -> str | None:
+    """Flags (``--json``, ``--help``) take no value: show none (typer 0.29 with click 8.5 shows ``<bool>``)."""
+    return None if option.is_flag and not option.count else _option_type(option, ctx)
+
+
+_option_type = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -57,14 +70,22 @@ def _settings(data_dir: Path | None) -> Settings:
 def _service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
     # ctx.obj may carry an already loaded embedder (tests, or a host program invoking the CLI).
     embedder = (ctx.obj or {}).get("embedder") if isinstance(ctx.obj, dict) else None
-    service = Epimem.from_settings(_settings(data_dir), background=False, embedder=embedder)
+    settings = _settings(data_dir)
+    try:
+        if settings.chroma_host is None:
+            check_data_dir(settings.data_dir)
+        service = Epimem.from_settings(settings, background=False, embedder=embedder)
+    except StartupError as error:
+        _fail(str(error), 1)
+    except EpimemError as error:  # e.g. the folder is held by a running server
+        _fail(f"({error.code}) {error.message}", 1)
     try:
         yield service
     except EpimemError as error:
-        err.print(f"[red]error[/red] ({error.code}): {error.message}")
+        err.print(f"[red]error[/red] ({error.code}): {escape(error.message)}", soft_wrap=True)
         raise typer.Exit(1) from None
     except ValueError as error:  # bad input caught by validation (ids, query fields)
-        err.print(f"[red]error[/red] (invalid_input): {error}")
+        err.print(f"[red]error[/red] (invalid_input): {escape(str(error))}", soft_wrap=True)
         raise typer.Exit(1) from None
     finally:
         service.close()
@@ -99,61 +120,50 @@ def serve(
     workers: Annotated[int, typer.Option(min=1, help="worker processes (more than 1 needs a Chroma server)")] = 1,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
 ) -> None:
-    """Start the HTTP API (OpenAPI docs at /docs)."""
+    """Start the HTTP API (OpenAPI docs at /docs). Blocks until stopped: use another terminal."""
+    settings = _settings(data_dir)
+    try:
+        keys = check_keys(settings)
+    except StartupError as error:
+        _fail(str(error))
+    if not keys.enabled:
+        if host not in LOOPBACK:
+            _fail(
+                f"refusing to bind to {host}: no API keys are configured (local mode). "
+                "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
+            )
+        err.print(f"local mode: no API keys configured, listening on {host} only (this machine)")
+    if workers > 1 and settings.chroma_host is None:
+        _fail("--workers > 1 needs a Chroma server (EPIMEM_CHROMA_HOST): embedded Chroma is one process")
+    try:
+        _, sock = check_before_loading(settings, host=host, port=port)
+    except StartupError as error:
+        _fail(str(error))
+    _run_server(settings, sock, host=host, port=port, workers=workers, log_level=log_level)
+
+
+def _fail(message: str, status: int = 2) -> NoReturn:
+    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(status)
+
+
+def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int, workers: int, log_level: str) -> None:
     import uvicorn
 
     from api.app import create_app
     from api.logs import configure_logging
 
-    settings = _settings(data_dir)
-    try:
-        keys = KeyRing.from_file(settings.api_keys_file)
-    except EpimemError as error:
-        err.print(f"[red]error[/red]: {error.message}")
-        raise typer.Exit(2) from None
-    if not keys.enabled:
-        if host not in LOOPBACK:
-            err.print(
-                f"[red]refusing to bind to {host}[/red]: no API keys are configured (local mode). "
-                "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
-            )
-            raise typer.Exit(2)
-        err.print(f"local mode: no API keys configured, listening on {host} only (this machine)")
-    if workers > 1 and settings.chroma_host is None:
-        err.print("[red]--workers > 1 needs a Chroma server[/red] (EPIMEM_CHROMA_HOST): embedded Chroma is one process")
-        raise typer.Exit(2)
-    err.print(f"epimem on http://{host}:{port} (data: {settings.chroma_host or settings.data_dir}); docs at /docs")
     configure_logging(log_level.upper())
+    announce = banner(host, port, str(settings.chroma_host or settings.data_dir))
     if workers == 1:
-        uvicorn.run(create_app(settings=settings), host=host, port=port, log_config=None, access_log=False)
-    else:
-        # Worker processes build their own app from the environment.
-        os.environ["EPIMEM_DATA_DIR"] = str(settings.data_dir)
-        uvicorn.run(
-            "api.app:serve_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            log_config=None,
-            access_log=False,
-        )
-
-
-def _file_kind(path: Path) -> str:
-    """locomo (a JSON list), export (JSON Lines starting with an export header) or messages (JSON Lines)."""
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            if line.lstrip().startswith("["):
-                return "locomo"
-            try:
-                first = json.loads(line)
-            except json.JSONDecodeError:
-                return "locomo"  # a pretty-printed JSON file; read_locomo reports what is wrong
-            return "export" if isinstance(first, dict) and first.get("type") == "header" else "messages"
-    return "messages"
+        config = uvicorn.Config(create_app(settings=settings), log_config=None, access_log=False, fd=sock.fileno())
+        AnnouncingServer(config, announce).run(sockets=[sock])
+        return
+    # Worker processes build their own app from the environment.
+    os.environ["EPIMEM_DATA_DIR"] = str(settings.data_dir)
+    announce()
+    uvicorn.run("api.app:serve_app", factory=True, fd=sock.fileno(), workers=workers, log_config=None, access_log=False)
 
 
 def _progress() -> Progress:
@@ -179,7 +189,7 @@ def import_(
 ) -> None:
     """Import conversations: a LoCoMo file (one group per sample), JSON Lines of messages (each with
     group_id and session_id), or a group export. Idempotent: a re-run adds nothing."""
-    kind = _file_kind(path)
+    kind = file_kind(path)
     totals: dict[str, Any] = {"kind": kind, "groups": set(), "sessions": 0, "messages": 0, "episodes": 0}
     with _service(ctx, data_dir) as service:
         if kind == "export":
@@ -201,6 +211,7 @@ def import_(
                     totals["episodes"] += len(episodes)
                     progress.advance(task)
         else:
+            check_messages_file(path)
             batches = list(read_jsonl(path))
             with _progress() as progress:
                 task = progress.add_task("sessions", total=len(batches))
@@ -239,11 +250,12 @@ def search(
     k: Annotated[int, typer.Option("--k", "-k", min=1, max=200, help="how many episodes")] = 5,
     session: Session = None,
     time: Annotated[str | None, typer.Option(help="a time window, e.g. 'last week'")] = None,
-    chronological: Annotated[bool, typer.Option(help="in time order instead of by relevance")] = False,
+    chronological: Annotated[bool, typer.Option("--chronological", help="in time order, not by relevance")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Search a group's episodes by meaning and keyword."""
     with _service(ctx, data_dir) as service:
+        require_group(service, group_id)
         request = SearchQuery(
             query=query,
             k=k,
@@ -280,11 +292,12 @@ def timeline(
     end: Annotated[str | None, typer.Option(help="until (ISO 8601)")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
-    desc: Annotated[bool, typer.Option(help="newest first")] = False,
+    desc: Annotated[bool, typer.Option("--desc", help="newest first")] = False,
     as_json: AsJson = False,
 ) -> None:
     """Episodes of a group (or session) in time order, one page."""
     with _service(ctx, data_dir) as service:
+        require_group(service, group_id)
         page = service.timeline(
             group_id,
             session_id=session,
@@ -322,6 +335,7 @@ def context(
 ) -> None:
     """A cited, token-budgeted context block for a prompt."""
     with _service(ctx, data_dir) as service:
+        require_group(service, group_id)
         request = ContextQuery(query=query, token_budget=budget, session_ids=[session] if session else None, time=time)
         result = service.context(group_id, request)
     if as_json:
@@ -337,7 +351,7 @@ def export(
     group_id: Annotated[str, typer.Argument(help="group")],
     data_dir: DataDir = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="file (default: standard output)")] = None,
-    include_embeddings: Annotated[bool, typer.Option(help="also write the vectors")] = False,
+    include_embeddings: Annotated[bool, typer.Option("--include-embeddings", help="also write the vectors")] = False,
 ) -> None:
     """Write a group as JSON Lines (import it again with `epimem import`)."""
     with _service(ctx, data_dir) as service:
@@ -407,6 +421,14 @@ def reembed(
 from api.cli_mcp import register as _register_mcp  # noqa: E402
 
 _register_mcp(app)
+
+from api.cli_erase import register as _register_erase  # noqa: E402
+
+_register_erase(app)
+
+from api.cli_segment import register as _register_segment  # noqa: E402
+
+_register_segment(app)
 
 
 if __name__ == "__main__":

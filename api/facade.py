@@ -17,9 +17,11 @@ from memory.connection import open_connection
 from memory.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
 from memory.embedding import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError, NotFoundError
+from memory.folder_lock import release_folder
 from memory.generation import EpisodeGenerator, GeneratorStats, OfflineEpisodeGenerator
 from memory.importers import LocomoSample
 from memory.ingestion import AddReceipt, Ingestor
+from memory.lazy_embedding import LazyEmbedder
 from memory.lifecycle import GroupGate, Lifecycle, Progress, ReembedReport
 from memory.llm import LLMClient
 from memory.llm_generator import LLMEpisodeGenerator
@@ -66,6 +68,22 @@ def _not_reserved(session_id: str) -> None:
 
 MAX_HISTORY_LIMIT = 1000
 MAX_SUMMARY_DAYS = 36_600
+
+
+def _lazy_embedder(settings: Settings) -> LazyEmbedder:
+    """The configured embedder, loaded on first use (commands that embed nothing never load it)."""
+
+    def load() -> SentenceTransformerEmbedder:
+        return SentenceTransformerEmbedder(
+            model=settings.embedding_model,
+            device=settings.embedding_device,
+            backend=settings.embedding_backend,
+            onnx_dir=settings.data_dir / "models",
+            batch_size=settings.embedding_batch_size,
+            cache_size=settings.embedding_cache_size,
+        )
+
+    return LazyEmbedder(model=settings.embedding_model, backend=settings.embedding_backend, load=load)
 
 
 class Epimem:
@@ -134,14 +152,7 @@ class Epimem:
             settings = Settings(**overrides)
         elif overrides:
             settings = Settings(**{**settings.model_dump(), **overrides})
-        embedder = embedder or SentenceTransformerEmbedder(
-            model=settings.embedding_model,
-            device=settings.embedding_device,
-            backend=settings.embedding_backend,
-            onnx_dir=settings.data_dir / "models",
-            batch_size=settings.embedding_batch_size,
-            cache_size=settings.embedding_cache_size,
-        )
+        embedder = embedder or _lazy_embedder(settings)
         connection = open_connection(
             data_dir=settings.data_dir,
             host=settings.chroma_host,
@@ -165,6 +176,9 @@ class Epimem:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
+        if not self.settings.chroma_host and not getattr(self, "_released", False):
+            self._released = True
+            release_folder(self.settings.data_dir)  # taken by open_connection
         if isinstance(self.coordinator, LeaseCoordinator):
             self.coordinator.close()
         if isinstance(self.generator, LLMEpisodeGenerator):

@@ -1,5 +1,6 @@
-"""Small helpers for exploring a memory in a notebook: where the LoCoMo file is, every episode of a
-group, episodes as table rows, and episode embeddings in two dimensions.
+"""Small helpers for exploring a memory in a notebook: the repository root, every episode of a group,
+episodes as table rows, and episode embeddings in two dimensions. (Where the benchmark data is, is
+not the package's business: see ``tests/benchmarks/benchmark_data.py``.)
 
 Plain Python and numpy only, so the package needs no pandas or matplotlib; notebooks build their
 tables and plots from what these return (``pandas.DataFrame(episode_rows(episodes))``).
@@ -7,7 +8,6 @@ tables and plots from what these return (``pandas.DataFrame(episode_rows(episode
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +21,6 @@ from memory.models import Episode
 from memory.store import episode_from_record
 from retrieval.types import MAX_TIMELINE_LIMIT
 
-LOCOMO_ENV = "EPIMEM_LOCOMO_PATH"
-LOCOMO_BESIDE_REPO = Path("shared") / "data" / "locomo-dev.json"
-
 
 def repo_root(start: str | Path | None = None) -> Path:
     """The repository root: the first folder at or above ``start`` (default: the working directory,
@@ -33,24 +30,6 @@ def repo_root(start: str | Path | None = None) -> Path:
         if (folder / "pyproject.toml").is_file():
             return folder
     raise FileNotFoundError(f"no repository (pyproject.toml) at or above {here}")
-
-
-def locomo_path(start: str | Path | None = None) -> Path:
-    """The LoCoMo file: ``$EPIMEM_LOCOMO_PATH`` if set, else ``../shared/data/locomo-dev.json``
-    relative to the repository root (see ``repo_root``)."""
-    if os.environ.get(LOCOMO_ENV):
-        path = Path(os.environ[LOCOMO_ENV]).expanduser()
-        if not path.is_file():
-            raise FileNotFoundError(f"{LOCOMO_ENV}={path} is not a file")
-        return path
-    try:
-        root = repo_root(start)
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"{error}; set {LOCOMO_ENV} to the LoCoMo file") from error
-    path = root.parent / LOCOMO_BESIDE_REPO
-    if not path.is_file():
-        raise FileNotFoundError(f"no LoCoMo file at {path}; set {LOCOMO_ENV} to its path")
-    return path
 
 
 def first_sessions(sample: LocomoSample, count: int | None) -> LocomoSample:
@@ -136,7 +115,6 @@ __all__ = [
     "episode_rows",
     "episode_vectors",
     "first_sessions",
-    "locomo_path",
     "project_2d",
     "repo_root",
 ]

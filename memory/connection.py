@@ -33,6 +33,7 @@ from chromadb.config import Settings as ChromaSettings
 
 from memory.errors import StoreUnavailableError
 
+from memory.folder_lock import lock_folder
 
 class _Gate:
     """Many calls at once, or one restart alone. A thread already inside a call may nest calls; new
@@ -196,6 +197,7 @@ def open_connection(
         else:  # the folder is already open in this process: the tighter bounds win
             bounds = [b for b in (connection.recycle_after, recycle_after) if b]
             connection.recycle_after = min(bounds, default=0)
+    lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
         return connection
 
 

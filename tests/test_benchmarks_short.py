@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks.benchmark_data import ENV, locomo_file
+
 BENCHMARKS = Path(__file__).parent / "benchmarks"
-LOCOMO = Path(
-    os.environ.get("EPIMEM_LOCOMO", Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo-dev.json")
-)
+# EPIMEM_BENCHMARK_DATA, else ../shared/data (CI), else the shipped examples/conversations.json.
+LOCOMO = locomo_file()
 
 # script -> figure labels its output must contain
 EXPECTED = {
@@ -45,8 +46,8 @@ NEEDS_LOCOMO = {"ingest.py"}
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_benchmark_short_form(script: str, tmp_path: Path) -> None:
     if script in NEEDS_LOCOMO and not LOCOMO.exists():
-        pytest.fail(f"{script} needs the LoCoMo data at {LOCOMO} (or EPIMEM_LOCOMO)")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "EPIMEM_LOCOMO": str(LOCOMO), "TMPDIR": str(tmp_path)}
+        pytest.fail(f"{script} needs the benchmark data at {LOCOMO} ({ENV})")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", ENV: str(LOCOMO), "TMPDIR": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), "--quick"],
         capture_output=True,

@@ -17,8 +17,9 @@ from nbclient import NotebookClient
 
 import api.notebook as notebook
 from api.facade import Epimem
-from api.notebook import all_episodes, episode_rows, episode_vectors, first_sessions, locomo_path, project_2d
+from api.notebook import all_episodes, episode_rows, episode_vectors, first_sessions, project_2d
 from memory.importers import read_locomo
+from tests.benchmarks import benchmark_data
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -85,30 +86,49 @@ def test_notebook_runs_top_to_bottom(name: str, monkeypatch: pytest.MonkeyPatch)
 # -- api.notebook ----------------------------------------------------------------------------------
 
 
-def test_locomo_path_env_var_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_benchmark_data_variable_wins(tmp_path: Path) -> None:
     data = tmp_path / "elsewhere.json"
     data.write_text("[]")
-    monkeypatch.setenv("EPIMEM_LOCOMO_PATH", str(data))
-    assert locomo_path(tmp_path) == data
-    monkeypatch.setenv("EPIMEM_LOCOMO_PATH", str(tmp_path / "missing.json"))
-    with pytest.raises(FileNotFoundError, match="EPIMEM_LOCOMO_PATH"):
-        locomo_path(tmp_path)
+    env = {benchmark_data.ENV: str(data)}
+    assert benchmark_data.locomo_file(tmp_path, env) == data
+    assert benchmark_data.data_folder(tmp_path, env) == tmp_path
+    folder = tmp_path / "shared-copy"
+    (folder / "realtalk-dev").mkdir(parents=True)
+    (folder / "locomo-dev.json").write_text("[]")
+    env = {benchmark_data.ENV: str(folder)}
+    assert benchmark_data.locomo_file(tmp_path, env) == folder / "locomo-dev.json"
+    assert benchmark_data.realtalk_folder(tmp_path, env) == folder / "realtalk-dev"
+    missing = {benchmark_data.ENV: str(tmp_path / "missing.json")}
+    with pytest.raises(FileNotFoundError, match=benchmark_data.ENV):
+        benchmark_data.locomo_file(tmp_path, missing)
+    with pytest.raises(FileNotFoundError, match=benchmark_data.ENV):
+        benchmark_data.data_folder(tmp_path, missing)
 
 
-def test_locomo_path_is_found_beside_the_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("EPIMEM_LOCOMO_PATH", raising=False)
-    clone = tmp_path / "some-clone"
-    (clone / "notebooks").mkdir(parents=True)
-    (clone / "pyproject.toml").write_text("")
-    with pytest.raises(FileNotFoundError, match="set EPIMEM_LOCOMO_PATH"):
-        locomo_path(clone / "notebooks")
-    data = tmp_path / "shared" / "data" / "locomo-dev.json"
-    data.parent.mkdir(parents=True)
-    data.write_text("[]")
-    assert locomo_path(clone / "notebooks") == data
-    assert locomo_path(clone) == data
-    with pytest.raises(FileNotFoundError, match="no repository"):
-        locomo_path(tmp_path / "shared")
+def test_benchmark_data_beside_the_repository_else_the_shipped_dataset(tmp_path: Path) -> None:
+    clone = tmp_path / "some-clone"  # a fresh clone with nothing beside it
+    clone.mkdir()
+    shipped = benchmark_data.locomo_file(clone, {})
+    assert shipped == clone / "examples" / "conversations.json" and benchmark_data.is_shipped(shipped)
+    assert benchmark_data.data_folder(clone, {}) is None and benchmark_data.realtalk_folder(clone, {}) is None
+    beside = tmp_path / "shared" / "data" / "locomo-dev.json"
+    beside.parent.mkdir(parents=True)
+    beside.write_text("[]")
+    assert benchmark_data.locomo_file(clone, {}) == beside and not benchmark_data.is_shipped(beside)
+    assert benchmark_data.data_folder(clone, {}) == beside.parent
+
+
+def test_the_shipped_dataset_is_locomo_shaped_with_answerable_questions() -> None:
+    samples = read_locomo(benchmark_data.SHIPPED)
+    assert len(samples) >= 2
+    for sample in samples:
+        assert len(sample.sessions) >= 3 and len(sample.messages) >= 36
+        ids = {message.id for message in sample.messages}
+        assert len(sample.questions) >= 15
+        assert {q.category for q in sample.questions} == {1, 2, 3, 4}
+        for question in sample.questions:
+            assert question.evidence and set(question.evidence) <= ids, question.question
+    assert benchmark_data.sample_id(benchmark_data.SHIPPED, "conv-26") == samples[0].sample_id
 
 
 def locomo_file(tmp_path: Path) -> Path:

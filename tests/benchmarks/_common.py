@@ -23,7 +23,10 @@ if str(ROOT) not in sys.path:
 
 import psutil  # noqa: E402
 
-LOCOMO = Path(os.environ.get("EPIMEM_LOCOMO", ROOT.parent / "shared" / "data" / "locomo-dev.json"))
+from tests.benchmarks.benchmark_data import locomo_file  # noqa: E402
+
+# EPIMEM_BENCHMARK_DATA, else ../shared/data, else the shipped examples/conversations.json (benchmark_data.py).
+LOCOMO = locomo_file()
 
 
 def rss_mb() -> float:

@@ -247,7 +247,7 @@ def session_table(scores: Scores, ks: Sequence[int] = SESSION_KS) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Scores]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(LOCOMO), help="locomo-dev.json (default ../shared/data)")
+    parser.add_argument("--data", default=str(LOCOMO), help="LoCoMo file (default: EPIMEM_BENCHMARK_DATA)")
     parser.add_argument("--samples", default="", help="comma-separated sample ids (default: all)")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     parser.add_argument("--data-dir", default=None, help="epimem data folder (default: a temporary one)")
