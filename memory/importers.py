@@ -1,4 +1,4 @@
-"""Readers for conversation files: LoCoMo samples and JSON Lines of messages.
+"""Readers for conversation files: LoCoMo samples, REALTALK chats and JSON Lines of messages.
 
 Both yield (group_id, session_id, [Message, ...]) batches in event-time order, so any surface
 (facade, CLI, benchmarks, notebooks) ingests them the same way.
@@ -11,7 +11,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +128,76 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[str, str, list[Message]]]:
                 raise InvalidInputError(f"line {number} of {path}: {error}") from error
     for (group_id, session_id), messages in batches.items():
         yield group_id, session_id, messages
+
+
+# -- REALTALK ----------------------------------------------------------------------------------------
+
+_REALTALK_TIME = "%d.%m.%Y, %H:%M:%S"  # "29.12.2023, 22:42:04", day first
+_EVIDENCE_RANGE = re.compile(r"D:?(\d+):(\d+)\s*-\s*(?:D:?(\d+):)?(\d+)")
+_EVIDENCE_ID = re.compile(r"D:?(\d+):(\d+)")
+
+
+def normalise_realtalk_evidence(raw: list[Any], known: set[str]) -> tuple[str, ...]:
+    """REALTALK evidence as ../shared/data/README.md normalises it: 'D3:4-D3:6' and 'D3:4-6' expand
+    to every turn of the range; 'D3:9-D4:2' (across prefixes) counts only its two ends; every other
+    'D<s>:<t>' (also 'D:<s>:<t>') is one id; ids lose leading zeros; ids not in ``known`` are dropped."""
+    found: list[str] = []
+    for item in raw:
+        text = str(item)
+        ids: list[tuple[int, int]] = []
+        for start_session, first, end_session, last in _EVIDENCE_RANGE.findall(text):
+            if end_session and int(end_session) != int(start_session):
+                ids += [(int(start_session), int(first)), (int(end_session), int(last))]
+            else:
+                ids += [(int(start_session), turn) for turn in range(int(first), int(last) + 1)]
+        ids += [(int(s), int(t)) for s, t in _EVIDENCE_ID.findall(_EVIDENCE_RANGE.sub(" ", text))]
+        for session, turn in ids:
+            dia_id = f"D{session}:{turn}"
+            if dia_id in known and dia_id not in found:
+                found.append(dia_id)
+    return tuple(found)
+
+
+def read_realtalk(path: str | Path) -> LocomoSample:
+    """One REALTALK chat file as one group: one session per ``session_N``, message id = dia_id (an
+    opaque id), each message at its own ``date_time``, speaker ids as the turns give them."""
+    try:
+        item = json.loads(Path(path).read_text(encoding="utf-8"))
+        names = item["name"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise InvalidInputError(f"cannot read REALTALK file {path}: {error}") from error
+    sample = LocomoSample(
+        sample_id=Path(path).stem, speakers=(str(names.get("speaker_1", "")), str(names.get("speaker_2", "")))
+    )
+    numbers = sorted(int(k.split("_")[1]) for k, value in item.items() if re.fullmatch(r"session_\d+", k) and value)
+    for number in numbers:
+        messages = []
+        for turn in item[f"session_{number}"]:
+            speaker = str(turn["speaker"])
+            other = next((s for s in sample.speakers if s != speaker), "")
+            try:
+                timestamp = datetime.strptime(str(turn["date_time"]), _REALTALK_TIME).replace(tzinfo=UTC)
+            except ValueError as error:
+                raise InvalidInputError(f"{path}: unreadable date_time in {turn.get('dia_id')}: {error}") from error
+            messages.append(
+                Message(
+                    id=str(turn["dia_id"]),
+                    role=Role.USER,
+                    content=str(turn.get("clean_text") or "").strip() or "[shared an image]",
+                    timestamp=timestamp,
+                    producer_id=speaker,
+                    produced_for_id=other,
+                )
+            )
+        sample.sessions[f"session_{number}"] = messages
+    known = {message.id for message in sample.messages}
+    for qa in item.get("qa", []):
+        sample.questions.append(
+            Question(
+                question=str(qa["question"]),
+                answer=str(qa.get("answer", "")),
+                evidence=normalise_realtalk_evidence(qa.get("evidence", []), known),
+                category=int(qa["category"]),
+            )
+        )
+    return sample

@@ -2,18 +2,8 @@
 
 The context is made of pieces, one per episode: a header with the episode's absolute date (and
 title), then the exact source messages of that episode that earned their place, in order, with
-"…" where turns are left out. Messages of the best episodes (by fused vector + BM25 rank of their
-records) are chosen by one score that joins these signals:
-
-- the message's own signal: exact cosine with the query + BM25 over the query's best BM25 score;
-- its episode's signal (the same for the episode record, its cosine partly taken from the centroid
-  of its messages' vectors: the episode's own vector sees only the start of a long episode), so the
-  turns of a conversation stretch that is about the query come along;
-- its best neighbour's signal, so the answer that follows a matching question is kept;
-- a bonus when the query names the message's speaker ("What did Melanie paint?");
-- a bonus when the query names a time the message falls in ("... on 3 June, 2023?", "... in June?",
-  "... last week?", read against the query's reference time and timezone: retrieval.timewindow);
-- a small penalty for a turn that only asks (ends with "?"): the answer after it tells more.
+"…" where turns are left out. Messages of the best episodes are scored as retrieval.scoring says
+(the message's own match, its episode's, its neighbour's, the speakers and times the query names).
 
 Messages are packed greedily in that order while they fit; pieces are then printed in
 chronological order. A piece cites exactly the messages whose text it contains.
@@ -29,16 +19,14 @@ from __future__ import annotations
 
 import functools
 import math
-import re
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from memory.models import Episode, Message
-from memory.store import message_record_id
-from memory.timeutil import format_date, utc_now
-from retrieval.search import EPISODE_KINDS, Candidate, Searcher, episode_score, recency_factor
-from retrieval.timewindow import time_mentions
+from memory.timeutil import format_date
+from retrieval.names import named_in
+from retrieval.scoring import ScoringPolicy, score_messages
+from retrieval.search import Candidate, Searcher
 from retrieval.types import Citation, ContextQuery, ContextResult
 
 TokenCounter = Callable[[str], int]
@@ -47,19 +35,10 @@ GAP = "…"
 
 
 @dataclass(frozen=True, kw_only=True)
-class PackingPolicy:
-    """How candidates become context; the defaults are what the LoCoMo benchmark supports."""
+class PackingPolicy(ScoringPolicy):
+    """How candidates become context: the message score's weights, and whether headers carry titles."""
 
-    depth: int = 200  # records taken from each ranking (vector and BM25)
-    max_episodes: int = 40  # episodes whose messages compete for the budget
-    keyword_weight: float = 0.5  # BM25 (divided by the query's best BM25 score) added to the cosine
-    episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
-    neighbour_share: float = 0.4  # weight of the best adjacent message's own signal
     titles: bool = False  # print the episode title in each piece's header
-    speaker_bonus: float = 0.2  # added to the messages of a speaker the query names
-    time_bonus: float = 0.5  # added to the messages from a time the query names
-    question_penalty: float = 0.1  # taken from a turn that ends with a question mark
-    episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
 
 
 def message_line(message: Message) -> str:
@@ -68,11 +47,10 @@ def message_line(message: Message) -> str:
     return f"{message.speaker}: {' '.join(message.content.split())}{shared}"
 
 
-def named_speakers(query: str, messages: Iterable[Message]) -> set[str]:
-    """Speakers (casefolded) whose name is a word of the query: "What did Melanie paint?" names Melanie."""
-    text = query.casefold()
-    speakers = {m.speaker.casefold() for m in messages}
-    return {name for name in speakers if name.strip() and re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text)}
+def named_speakers(query: str, messages: Iterable[Message], names: dict[str, set[str]] | None = None) -> set[str]:
+    """Speakers (casefolded) the query names by id or by another name of theirs ("What did Melanie
+    paint?" names Melanie; with names {"emi": {"kate"}}, "Kate's hobbies" names emi)."""
+    return named_in(query, {m.speaker for m in messages}, names)
 
 
 def piece_header(episode: Episode, first: Message, *, titles: bool) -> str:
@@ -128,6 +106,7 @@ class ContextBuilder:
 
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy
+        query = self._searcher.resolve_names(group_id, query, policy)
         candidates = self._searcher.candidates(group_id, query.query, query, depth=policy.depth)
         ranked = self._rank(group_id, candidates, query)
         chars, wordpieces = len(HEADER), self._line_wordpieces(HEADER)
@@ -155,52 +134,9 @@ class ContextBuilder:
 
     def _rank(self, group_id: str, candidates: list[Candidate], query: ContextQuery) -> list[tuple[float, _Piece, int]]:
         """Every message of the best episodes with its score, best first."""
-        policy = self.policy
-        by_episode: dict[str, list[Candidate]] = defaultdict(list)
-        for candidate in candidates:
-            by_episode[candidate.episode_id].append(candidate)
-        standing = {episode_id: episode_score(items) for episode_id, items in by_episode.items()}
-        best = sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes]
-        episodes = [
-            e
-            for e in self._searcher.load_episodes(group_id, best).values()
-            if e.episode_type.value in EPISODE_KINDS and not e.source_episode_ids
-        ]
-        messages = self._searcher.messages_of(group_id, episodes)
-        # Exact signals for every message of those episodes, whether or not it made a candidate list.
-        cosine = self._searcher.similarities(group_id, query.query, episodes, episode_centroid=policy.episode_centroid)
-        index, keyword = self._searcher.keyword_scores(group_id, query.query)
-        top_keyword = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
-
-        def signal(record_id: str) -> float:
-            position = index.positions.get(record_id)
-            lexical = float(keyword[position]) / top_keyword if position is not None else 0.0
-            return cosine.get(record_id, 0.0) + policy.keyword_weight * lexical
-
-        now = query.reference_time or utc_now()
-        named = named_speakers(query.query, (m for items in messages.values() for m in items))
-        times = time_mentions(query.query, reference=query.reference_time, timezone=query.timezone)
         ranked: list[tuple[float, _Piece, int]] = []
-        for episode in episodes:
-            items = messages.get(episode.uuid, [])
-            if not items:
-                continue
-            piece = _Piece(episode, items, set())
-            topic = signal(episode.uuid)
-            own = [signal(message_record_id(episode.session_id, m.id)) for m in items]
-            for position, message in enumerate(items):
-                neighbours = [own[j] for j in (position - 1, position + 1) if 0 <= j < len(items)]
-                score = (
-                    own[position] + policy.episode_share * topic + policy.neighbour_share * max(neighbours, default=0.0)
-                )
-                if message.speaker.casefold() in named:
-                    score += policy.speaker_bonus
-                if any(mention.covers(message.timestamp) for mention in times):
-                    score += policy.time_bonus
-                if message.content.rstrip().endswith("?"):
-                    score -= policy.question_penalty
-                if query.recency_weight > 0:
-                    score *= recency_factor(message.timestamp, now, query.recency_weight, query.recency_half_life_days)
-                ranked.append((score, piece, position))
+        for scored in score_messages(self._searcher, group_id, candidates, query, self.policy):
+            piece = _Piece(scored.episode, scored.messages, set())
+            ranked += [(score, piece, position) for position, score in enumerate(scored.scores)]
         ranked.sort(key=lambda item: (-item[0], item[1].episode.uuid, item[2]))
         return ranked

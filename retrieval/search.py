@@ -10,11 +10,9 @@ the read path loops over sessions.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,13 +21,13 @@ from memory.models import Episode, Message
 from memory.store import ChromaStore, VectorRecord, episode_from_record, message_record_id, where_all
 from memory.timeutil import to_epoch, utc_now
 from retrieval.keyword import KeywordCache, KeywordIndex
+from retrieval.names import configured_names, learned_names, merge_names, with_ids
+from retrieval.scoring import EPISODE_KINDS, ScoringPolicy, episode_score, recency_factor, score_messages
 from retrieval.timewindow import TimeWindow, parse_time_window
-from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
+from retrieval.types import ContextQuery, Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
 RRF_K = 60
-EPISODE_KINDS = ("episode", "summary")
-# An episode counts its best record fully and each further matching record by this share.
-SUPPORT_WEIGHT = 0.25
+Q = TypeVar("Q", SearchQuery, ContextQuery)
 # Two hits whose episode vectors are at least this similar are near-duplicates: the lower one goes.
 DUPLICATE_COSINE = 0.95
 
@@ -86,6 +84,9 @@ class Searcher:
         self._store = store
         self._embedder = embedder
         self.keywords = KeywordCache(capacity=keyword_cache_groups)
+        self._names_capacity = keyword_cache_groups
+        self._learned: dict[str, tuple[KeywordIndex, dict[str, set[str]]]] = {}
+        self.policy = ScoringPolicy()
 
     @property
     def _keyword(self) -> Any:
@@ -102,6 +103,27 @@ class Searcher:
 
     def forget_group(self, group_id: str) -> None:
         self.keywords.forget(group_id)
+        self._learned.pop(group_id, None)
+
+    def speaker_names(self, group_id: str) -> dict[str, set[str]]:
+        """Speaker id (casefolded) -> its other names (casefolded): set in the group's or a session's
+        metadata, or learned from how the others address it (retrieval.names). The learned ones are
+        kept with the group's keyword index and relearned when it is rebuilt."""
+        index = self.keyword_index(group_id)
+        cached = self._learned.get(group_id)
+        if cached is None or cached[0] is not index:
+            messages = (
+                (str(r.metadata.get("producer_id") or ""), str(r.metadata.get("produced_for_id") or ""), r.document)
+                for r in sorted(index.records, key=lambda r: float(r.metadata.get("ts", 0.0)))
+                if r.metadata.get("kind") == "message"
+            )
+            cached = (index, learned_names(messages))
+            if len(self._learned) >= self._names_capacity:
+                self._learned.pop(next(iter(self._learned)), None)
+            self._learned[group_id] = cached
+        config = self._store.get_group_config(group_id)
+        metadata = ([config.metadata] if config else []) + [s.metadata for s in self._store.list_sessions(group_id)]
+        return merge_names(cached[1], configured_names(metadata))
 
     def embed_query(self, query: str) -> np.ndarray:
         embed = getattr(self._embedder, "embed_query", None)
@@ -150,12 +172,14 @@ class Searcher:
     # -- search ------------------------------------------------------------------------------------
 
     def search(self, group_id: str, query: SearchQuery) -> list[SearchHit]:
+        query = self.resolve_names(group_id, query, self.policy)
         depth = max(50, query.k * 8)
         candidates = self.candidates(group_id, query.query, query, depth=depth)
         by_episode: dict[str, list[Candidate]] = defaultdict(list)
         for candidate in candidates:
             by_episode[candidate.episode_id].append(candidate)
         episodes, vectors = self.load_episodes_with_vectors(group_id, list(by_episode))
+        evidence = self.message_evidence(group_id, candidates, query)
         now = query.reference_time or utc_now()
         hits: list[SearchHit] = []
         for episode_id, items in by_episode.items():
@@ -163,11 +187,13 @@ class Searcher:
             if episode is None:
                 continue
             fused = episode_score(items)
+            sources = episode.source_episode_ids or (episode_id,)
+            best = max((evidence[e] for e in sources if e in evidence), default=0.0)
             recency = recency_factor(episode.timestamp, now, query.recency_weight, query.recency_half_life_days)
             hits.append(
                 SearchHit(
                     episode=episode,
-                    score=fused * recency,
+                    score=(fused + self.policy.search_evidence * best) * recency,
                     components=ScoreComponents(
                         vector=max(item.vector for item in items),
                         keyword=max(item.keyword for item in items),
@@ -186,6 +212,22 @@ class Searcher:
         if query.expand:
             hits = [hit.model_copy(update={"messages": self.source_messages(group_id, hit.episode)}) for hit in hits]
         return hits
+
+    def resolve_names(self, group_id: str, query: Q, policy: ScoringPolicy) -> Q:
+        """The query with speakers' other names read as their ids, when the policy says so."""
+        if not policy.names_to_ids:
+            return query
+        rewritten = with_ids(query.query, self.speaker_names(group_id))
+        return query if rewritten == query.query else query.model_copy(update={"query": rewritten})
+
+    def message_evidence(self, group_id: str, candidates: list[Candidate], query: SearchQuery) -> dict[str, float]:
+        """Episode id -> the best message score of the episode (retrieval.scoring: the speakers and
+        times the query names, the message's own match, its neighbours'), for the best episodes."""
+        if self.policy.search_evidence <= 0:
+            return {}
+        plain = query.model_copy(update={"recency_weight": 0.0})  # recency is applied per episode
+        scored = score_messages(self, group_id, candidates, plain, self.policy)
+        return {item.episode.uuid: max(item.scores) for item in scored if item.scores}
 
     def _episode_records(self, group_id: str, episode_ids: list[str], *, vectors: bool) -> list[VectorRecord]:
         if not episode_ids:
@@ -290,16 +332,3 @@ def drop_near_duplicates(hits: list[SearchHit], vectors: dict[str, np.ndarray], 
 
 def unit(vector: np.ndarray) -> np.ndarray:
     return vector / (float(np.linalg.norm(vector)) or 1.0)
-
-
-def episode_score(items: list[Candidate]) -> float:
-    fused = sorted((item.fused for item in items), reverse=True)
-    return fused[0] + SUPPORT_WEIGHT * sum(fused[1:])
-
-
-def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_days: float) -> float:
-    """1 without weighting; otherwise (1 - weight) + weight * 0.5 ** (age / half-life)."""
-    if weight <= 0:
-        return 1.0
-    age_days = max(0.0, (now - timestamp).total_seconds() / 86400)
-    return (1.0 - weight) + weight * math.pow(0.5, age_days / half_life_days)

@@ -1,0 +1,131 @@
+"""The names people use for the speakers of a group: their ids, names a client sets, names learned.
+
+A speaker is often called by a name that is not its id (the id ``elise`` of a chat where the other
+person writes "Hey Kate!", or a user id like ``u-193``). A query that names a person ("What are
+Kate's hobbies?") should find that speaker's messages. Names come from three places:
+
+- the speaker id itself;
+- metadata a client sets on the group (``PUT /groups/{group}``) or on a session
+  (``PUT /groups/{group}/sessions/{session}``): ``metadata["speakers"]`` maps a speaker id to
+  ``{"display_name": "Kate", "aliases": ["Katie", "K"]}``; a session's names count for the whole group;
+- names learned from the conversation: a capitalised word that one speaker uses to address the other
+  ("Hey Kate!", "Thank you Kate, ...", "What about you Kate?") at least ``MIN_VOCATIVES`` times,
+  and that the addressed speaker rarely writes themselves (a place both talk about is not a name);
+  also "my name is Kate" / "call me Kate" said by the speaker.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+MIN_VOCATIVES = 3
+# A word the addressed speaker writes this often (relative to its vocative uses) is shared vocabulary.
+OWN_USE_SHARE = 0.5
+_NAME = r"([A-Z][a-z]{1,20})"
+_GREETING = r"(?i:hey+|hi+|hello|hiya|wow|morning|good (?:morning|night|evening)|thanks|thank you|bye|see you|congrats)"
+# The word before a vocative is lowercase ("amazing Kate!"; "Golden Globes!" is a title) and is
+# not one after which a capitalised word is a place or a thing ("in Houston!").
+_BEFORE = r"(?<![\w'’])(?!(?:in|to|at|of|from|for|near|visit|visited|the|a|an)\b)[a-z'’]+,?"
+_VOCATIVES = (
+    re.compile(rf"(?:^|[.!?]\s*){_GREETING}[\s,]+{_NAME}\b"),  # "Hey Kate", "Thank you, Kate"
+    re.compile(rf"{_BEFORE}\s+{_NAME}\s*(?:[!?,]|$)"),  # "... amazing Kate!", "... about you Kate?"
+    re.compile(rf"^{_NAME}\s*!"),  # "Kate! You have to tell me ..."
+)
+_SELF = re.compile(rf"\b(?:my name is|call me)\s+{_NAME}\b", re.IGNORECASE)
+# Capitalised words that end sentences or follow greetings without being anybody's name.
+_NOT_NAMES = frozenset(
+    """
+    i im ive ill id me you my your we us our they them he she him her it its this that there here
+    hey hi hello thanks thank yes yeah yep no nope ok okay oh wow haha lol omg aww cool great nice
+    good well sure sorry please congrats congratulations today tomorrow tonight yesterday morning
+    night evening everyone guys all too also though really lots definitely absolutely amazing
+    woohoo yay yup hooray whoa woah ah hmm ugh awesome
+    monday tuesday wednesday thursday friday saturday sunday january february march april may june
+    july august september october november december christmas easter god lord
+    """.split()
+)
+
+
+def configured_names(metadata_items: Iterable[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """speaker id (casefolded) -> names from ``metadata["speakers"][id]`` (display_name, aliases)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for metadata in metadata_items:
+        speakers = metadata.get("speakers") if isinstance(metadata, Mapping) else None
+        if not isinstance(speakers, Mapping):
+            continue
+        for speaker, entry in speakers.items():
+            if not isinstance(entry, Mapping):
+                continue
+            names = [entry.get("display_name")] + list(entry.get("aliases") or [])
+            found[str(speaker).casefold()] |= {n.strip().casefold() for n in names if isinstance(n, str) and n.strip()}
+    return dict(found)
+
+
+def learned_names(messages: Iterable[tuple[str, str, str]]) -> dict[str, set[str]]:
+    """speaker id (casefolded) -> names learned from (speaker, addressee, text) triples in time
+    order. A missing addressee is the other speaker of a two-person conversation, else the last
+    other speaker."""
+    triples = [(speaker.casefold(), addressee.casefold(), text) for speaker, addressee, text in messages]
+    people = {speaker for speaker, _, _ in triples if speaker}
+    vocatives: dict[str, Counter[str]] = defaultdict(Counter)  # addressee -> name -> uses by others
+    written: dict[str, Counter[str]] = defaultdict(Counter)  # speaker -> capitalised words written
+    introduced: dict[str, set[str]] = defaultdict(set)
+    speakers: set[str] = set()
+    last, answered = "", ""  # the previous message's speaker; the last other speaker before this one
+    for speaker, given, text in triples:
+        answered = last if last and last != speaker else answered
+        others = people - {speaker}
+        addressee = given or (next(iter(others)) if len(others) == 1 else answered)
+        last = speaker
+        speakers |= {speaker, addressee}
+        written[speaker].update(word.casefold() for word in re.findall(r"\b[A-Z][a-z]+\b", text))
+        introduced[speaker] |= {name.casefold() for name in _SELF.findall(text)}
+        if addressee and addressee != speaker:
+            called = {name.casefold() for pattern in _VOCATIVES for name in pattern.findall(text)}
+            vocatives[addressee].update(called)
+    found: dict[str, set[str]] = defaultdict(set)
+    for addressee, counts in vocatives.items():
+        for name, uses in counts.items():
+            if uses >= MIN_VOCATIVES and written[addressee][name] <= OWN_USE_SHARE * uses:
+                found[addressee].add(name)
+    for speaker, names in introduced.items():
+        found[speaker] |= names
+    return {
+        speaker: {name for name in names if name not in speakers and name not in _NOT_NAMES}
+        for speaker, names in found.items()
+        if speaker
+    }
+
+
+def merge_names(*sources: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    merged: dict[str, set[str]] = defaultdict(set)
+    for source in sources:
+        for speaker, names in source.items():
+            merged[speaker] |= names
+    return dict(merged)
+
+
+def named_in(query: str, speakers: Iterable[str], names: Mapping[str, set[str]] | None = None) -> set[str]:
+    """Speakers (casefolded ids) the query names, by id or by one of their other names. A name two
+    speakers share names both."""
+    text = query.casefold()
+    found = set()
+    for speaker in {s.casefold() for s in speakers if s.strip()}:
+        for name in {speaker} | set((names or {}).get(speaker, ())):
+            if re.search(rf"(?<!\w){re.escape(name)}(?!\w)", text):
+                found.add(speaker)
+                break
+    return found
+
+
+def with_ids(query: str, names: Mapping[str, set[str]]) -> str:
+    """The query with each other name of a speaker replaced by the speaker's id ("What are Kate's
+    hobbies?" -> "What are emi's hobbies?"): the id is what the speaker's messages carry; the other
+    name is mostly in the messages addressed to them."""
+    for speaker, aliases in names.items():
+        for name in sorted(aliases, key=len, reverse=True):
+            query = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", speaker, query, flags=re.IGNORECASE)
+    return query

@@ -1,0 +1,214 @@
+"""Evidence recall on LoCoMo dev and REALTALK dev: epimem's context and search against single-turn baselines.
+
+    .venv/bin/python tests/benchmarks/recall.py [--datasets locomo,realtalk] [--data-dir DIR] [--loo] [--quick]
+
+Each conversation becomes one group (one session per session of the file, message id = dia_id),
+ingested through the real pipeline with the offline episode generator; REALTALK messages keep their
+own ``date_time``. With ``--data-dir`` the ingested data folder is kept and reused (a group already
+holding vectors is not ingested again): reruns cost only the questions.
+
+Printed per dataset: evidence recall per category at 500 / 1,000 / 2,000 tokens for epimem's context
+and for the three single-turn baselines of ../shared/data/README.md (reproduced exactly), and
+episode recall@k of search (share of the evidence message ids inside the top-k episodes' source
+messages, k = 1, 3, 5, 10). ``--loo`` adds the leave-one-conversation-out figures of the tuned
+context weights (tests/benchmarks/recall_tune.py) beside the in-sample ones. ``--quick`` (CI): the
+first sessions of one conversation per dataset, no leave-one-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a file: make the repository importable
+    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from locomo import BASELINE_NAMES, BASELINES, BUDGETS, Sample, Scores, Turn, baseline_recall, evidence_recall  # noqa: E402
+from locomo import load_samples as load_locomo  # noqa: E402
+from locomo import questions as sample_questions  # noqa: E402
+
+from memory.importers import read_realtalk  # noqa: E402
+from tests.benchmarks._common import LOCOMO  # noqa: E402
+
+REALTALK = Path(os.environ.get("EPIMEM_REALTALK", LOCOMO.parent / "realtalk-dev"))
+EPISODE_KS = (1, 3, 5, 10)
+CATEGORIES = {"locomo": (1, 2, 3, 4), "realtalk": (1, 2, 3)}
+CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+QUICK_SESSIONS = 4
+
+
+def load_realtalk(folder: str | Path = REALTALK) -> list[Sample]:
+    """The chats of a REALTALK folder, each turn rendered as the README's baselines see it:
+    "[its own date_time] speaker: clean_text"."""
+    import json
+
+    samples = []
+    for path in sorted(Path(folder).glob("*.json")):
+        parsed = read_realtalk(path)
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        turns = [
+            Turn(str(turn["dia_id"]), f"[{turn['date_time']}] {turn['speaker']}: {turn['clean_text']}")
+            for number in sorted(int(k.split("_")[1]) for k in parsed.sessions)
+            for turn in raw[f"session_{number}"]
+        ]
+        samples.append(Sample(parsed, turns))
+    return samples
+
+
+def load_dataset(name: str, *, quick: bool = False) -> list[Sample]:
+    if name == "locomo":
+        samples = load_locomo(LOCOMO, ["conv-30"] if quick else None)
+    elif name == "realtalk":
+        samples = load_realtalk(REALTALK)[:1] if quick else load_realtalk(REALTALK)
+    else:
+        raise ValueError(f"unknown dataset {name!r}: locomo or realtalk")
+    return [cut(sample, QUICK_SESSIONS) for sample in samples] if quick else samples
+
+
+def cut(sample: Sample, sessions: int) -> Sample:
+    """The first sessions of a conversation, with the questions whose evidence lies in them."""
+    kept = list(sample.locomo.sessions)[:sessions]
+    ids = {m.id for name in kept for m in sample.locomo.sessions[name]}
+    parsed = replace(
+        sample.locomo,
+        sessions={name: sample.locomo.sessions[name] for name in kept},
+        questions=[q for q in sample.locomo.questions if q.evidence and set(q.evidence) <= ids],
+    )
+    return Sample(parsed, [turn for turn in sample.turns if turn.dia_id in ids])
+
+
+def ingest(service: Any, samples: Sequence[Sample]) -> None:
+    """Each conversation as one group through the real pipeline (skipped if the group has vectors)."""
+    for sample in samples:
+        if service.store.count_vectors(sample.sample_id) == 0:
+            service.ingest_locomo(sample.locomo, group_id=sample.sample_id)
+
+
+def context_recall(context: Any, samples: Sequence[Sample], budgets: Sequence[int] = BUDGETS) -> dict[str, Scores]:
+    """Evidence recall of ``context(group, question, budget)`` per conversation (key: budget); a
+    context over its budget fails the run."""
+    found: dict[str, Scores] = {}
+    for sample in samples:
+        scores = found.setdefault(sample.sample_id, Scores())
+        for category, question, evidence in sample_questions(sample):
+            for budget in budgets:
+                result = context(sample.sample_id, question, budget)
+                if result.tokens > budget:
+                    raise AssertionError(f"{result.tokens} tokens over the budget {budget}: {question!r}")
+                cited = {message_id for citation in result.citations for message_id in citation.message_ids}
+                scores.add(category, budget, evidence_recall(evidence, cited))
+    return found
+
+
+def episode_recall(search: Any, samples: Sequence[Sample], ks: Sequence[int] = EPISODE_KS) -> dict[str, Scores]:
+    """Share of the evidence message ids inside the top-k episodes of ``search(group, question, k)``
+    (key: ("episode", k)), per conversation."""
+    found: dict[str, Scores] = {}
+    for sample in samples:
+        scores = found.setdefault(sample.sample_id, Scores())
+        for category, question, evidence in sample_questions(sample):
+            hits = search(sample.sample_id, question, max(ks))
+            for k in ks:
+                inside = {m for hit in hits[:k] for m in hit.episode.source_message_ids}
+                scores.add(category, ("episode", k), evidence_recall(evidence, inside))
+    return found
+
+
+def merge(per_conversation: dict[str, Scores]) -> Scores:
+    merged = Scores()
+    for scores in per_conversation.values():
+        for category, keys in scores.values.items():
+            for key, values in keys.items():
+                merged.values[category][key].extend(values)
+    return merged
+
+
+def table(results: dict[str, Scores], categories: Sequence[int], budgets: Sequence[int] = BUDGETS) -> str:
+    """Markdown: overall and per-category recall at each budget."""
+    columns = ["all"] + [f"{c} {CATEGORY_NAMES[c]}" for c in categories]
+    budget_label = " / ".join(f"{b:,}" for b in budgets)
+    lines = [f"Evidence recall at {budget_label} tokens:", ""]
+    lines += ["| retriever | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, scores in results.items():
+        groups = [list(categories)] + [[c] for c in categories]
+        cells = [" / ".join(f"{scores.mean(b, g):.3f}" for b in budgets) for g in groups]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    counts = next(iter(results.values()))
+    lines += ["", "Questions: " + ", ".join(f"{c}: {counts.count(budgets[0], [c])}" for c in categories)]
+    return "\n".join(lines)
+
+
+def episode_table(results: dict[str, Scores], categories: Sequence[int], ks: Sequence[int] = EPISODE_KS) -> str:
+    lines = ["Episode recall@k of search (evidence message ids inside the top-k episodes):", ""]
+    lines += ["| search | categories | " + " | ".join(f"@{k}" for k in ks) + " |", "|---|---|" + "---|" * len(ks)]
+    for name, scores in results.items():
+        for label, group in [("all", list(categories))] + [(CATEGORY_NAMES[c], [c]) for c in categories]:
+            figures = " | ".join(f"{scores.mean(('episode', k), group):.3f}" for k in ks)
+            lines.append(f"| {name} | {label} | {figures} |")
+    return "\n".join(lines)
+
+
+def run_dataset(service: Any, name: str, samples: list[Sample], args: argparse.Namespace) -> dict[str, Any]:
+    budgets = [int(b) for b in args.budgets.split(",")]
+    categories = CATEGORIES[name]
+    started = time.perf_counter()
+    ingest(service, samples)
+    ingested = time.perf_counter() - started
+    started = time.perf_counter()
+    per_conversation = context_recall(
+        lambda group, question, budget: service.context(group, question, token_budget=budget), samples, budgets
+    )
+    searched = episode_recall(lambda group, question, k: service.search(group, question, k=k), samples)
+    answered = time.perf_counter() - started
+    results = {"epimem context": merge(per_conversation)}
+    if not args.no_baselines:
+        for method in BASELINES:
+            results[BASELINE_NAMES[method]] = baseline_recall(samples, method, budgets, embedder=service.embedder)
+    count = sum(1 for s in samples for _ in sample_questions(s))
+    print(f"\n## {name}: {', '.join(s.sample_id for s in samples)} ({count} questions)")
+    print(f"ingest {ingested:.1f} s; questions ({len(budgets)} contexts + 1 search each) {answered:.1f} s\n")
+    print(table(results, categories, budgets))
+    print()
+    print(episode_table({"epimem search": merge(searched)}, categories))
+    return {"context": per_conversation, "search": searched, "results": results}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default="locomo,realtalk")
+    parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
+    parser.add_argument("--data-dir", default=None, help="epimem data folder, kept and reused (default: temporary)")
+    parser.add_argument("--no-baselines", action="store_true")
+    parser.add_argument("--loo", action="store_true", help="leave-one-conversation-out of the tuned weights")
+    parser.add_argument("--quick", action="store_true", help="first sessions of one conversation per dataset")
+    args = parser.parse_args(argv)
+
+    from api.facade import Epimem
+
+    datasets = {name: load_dataset(name, quick=args.quick) for name in args.datasets.split(",") if name}
+    outcome: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="epimem-recall-") as scratch:
+        service = Epimem.from_settings(data_dir=args.data_dir or scratch, background=False)
+        try:
+            for name, samples in datasets.items():
+                outcome[name] = run_dataset(service, name, samples, args)
+            if args.loo and not args.quick:
+                from recall_tune import print_loo
+
+                print_loo(service, datasets)
+        finally:
+            service.close()
+    return outcome
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""Tuning the context and search weights by leave-one-conversation-out over the nine dev conversations.
+
+    .venv/bin/python tests/benchmarks/recall_tune.py --data-dir DIR [--variants NAME,...]
+
+Reads an ingested data folder (tests/benchmarks/recall.py --data-dir DIR ingests it) and scores
+every variant of ScoringPolicy in VARIANTS on every question of LoCoMo dev and REALTALK dev, with a
+memoised Searcher (what a variant does not change is computed once): ~seconds per variant once warm.
+
+Leave-one-out: for each conversation, the variant with the best objective on the other eight
+(mean evidence recall over the three budgets, each dataset weighing half) is applied to it; the
+held-out figures of the nine conversations make the leave-one-out recall. A variant is worth
+taking only if it raises that figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from recall import (  # noqa: E402
+    BUDGETS,
+    CATEGORIES,
+    EPISODE_KS,
+    Sample,
+    Scores,
+    context_recall,
+    episode_recall,
+    load_dataset,
+    merge,
+    table,
+)
+
+from retrieval.context import ContextBuilder, PackingPolicy  # noqa: E402
+from retrieval.search import Searcher  # noqa: E402
+from retrieval.types import SearchQuery  # noqa: E402
+
+BASE = PackingPolicy()
+# name -> policy. The default first; each other one changes one thing (or a pair worth trying together).
+VARIANTS: dict[str, PackingPolicy] = {
+    "default": BASE,
+    "no speaker names": replace(BASE, speaker_bonus=0.0),
+    "speaker 0.4": replace(BASE, speaker_bonus=0.4),
+    "names as ids": replace(BASE, names_to_ids=True),
+    "runs 0.3": replace(BASE, run_share=0.3),
+    "neighbour gap 6 h": replace(BASE, neighbour_gap_hours=6.0),
+    "when 0.1": replace(BASE, when_bonus=0.1),
+    "when 0.2": replace(BASE, when_bonus=0.2),
+    "spread 0.02": replace(BASE, spread=0.02),
+    "spread 0.05": replace(BASE, spread=0.05),
+    "neighbour 0.6": replace(BASE, neighbour_share=0.6),
+    "episode 0.6": replace(BASE, episode_share=0.6),
+    "keyword 0.7": replace(BASE, keyword_weight=0.7),
+}
+SEARCH_VARIANTS = {"fused only (before)": 0.0, "evidence 0.01": 0.01, "evidence 0.02": 0.02, "evidence 0.05": 0.05}
+
+
+class MemoSearcher(Searcher):
+    """A Searcher whose reads and per-query computations are kept: variants of the weights reuse them."""
+
+    def __init__(self, searcher: Searcher) -> None:
+        super().__init__(store=searcher._store, embedder=searcher._embedder)
+        self._memo: dict[tuple[Any, ...], Any] = {}
+
+    def _kept(self, key: tuple[Any, ...], compute: Any) -> Any:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def embed_query(self, query: str) -> Any:
+        return self._kept(("embed", query), lambda: super(MemoSearcher, self).embed_query(query))
+
+    def candidates(self, group_id: str, query: str, scope: Any, *, depth: int) -> Any:
+        return self._kept(
+            ("candidates", group_id, query, depth),
+            lambda: super(MemoSearcher, self).candidates(group_id, query, scope, depth=depth),
+        )
+
+    def load_episodes(self, group_id: str, episode_ids: list[str]) -> Any:
+        return self._kept(
+            ("episodes", group_id, tuple(episode_ids)),
+            lambda: super(MemoSearcher, self).load_episodes(group_id, episode_ids),
+        )
+
+    def load_episodes_with_vectors(self, group_id: str, episode_ids: list[str]) -> Any:
+        key = ("episodes+vectors", group_id, tuple(episode_ids))
+        return self._kept(key, lambda: super(MemoSearcher, self).load_episodes_with_vectors(group_id, episode_ids))
+
+    def messages_of(self, group_id: str, episodes: list[Any]) -> Any:
+        key = ("messages", group_id, tuple(e.uuid for e in episodes))
+        return self._kept(key, lambda: super(MemoSearcher, self).messages_of(group_id, episodes))
+
+    def similarities(self, group_id: str, query: str, episodes: list[Any], *, episode_centroid: float = 0.0) -> Any:
+        key = ("cosine", group_id, query, tuple(e.uuid for e in episodes), episode_centroid)
+        return self._kept(
+            key,
+            lambda: super(MemoSearcher, self).similarities(
+                group_id, query, episodes, episode_centroid=episode_centroid
+            ),
+        )
+
+    def keyword_scores(self, group_id: str, query: str) -> Any:
+        return self._kept(("bm25", group_id, query), lambda: super(MemoSearcher, self).keyword_scores(group_id, query))
+
+    def speaker_names(self, group_id: str) -> Any:
+        return self._kept(("names", group_id), lambda: super(MemoSearcher, self).speaker_names(group_id))
+
+
+def evaluate(service: Any, datasets: dict[str, list[Sample]], policy: PackingPolicy, memo: MemoSearcher) -> dict:
+    """conversation -> Scores (context recall at each budget) under one policy."""
+    builder = ContextBuilder(searcher=memo, count_wordpieces=service.context_builder._wordpieces, policy=policy)
+    found: dict[str, Scores] = {}
+    for samples in datasets.values():
+        found.update(
+            context_recall(
+                lambda group, question, budget: builder.build(group, service_query(question, budget)),
+                samples,
+            )
+        )
+    return found
+
+
+def service_query(question: str, budget: int) -> Any:
+    from retrieval.types import ContextQuery
+
+    return ContextQuery(query=question, token_budget=budget)
+
+
+def objective(per_conversation: dict[str, Scores], conversations: dict[str, str], keep: set[str]) -> float:
+    """Mean recall over the budgets, each dataset weighing half, over the kept conversations."""
+    figures = []
+    for dataset in set(conversations.values()):
+        kept = {c: s for c, s in per_conversation.items() if c in keep and conversations[c] == dataset}
+        if kept:
+            merged = merge(kept)
+            figures.append(statistics.fmean(merged.mean(b, CATEGORIES[dataset]) for b in BUDGETS))
+    return statistics.fmean(figures)
+
+
+def leave_one_out(results: dict[str, dict[str, Scores]], conversations: dict[str, str]) -> tuple[dict, dict]:
+    """(conversation -> held-out Scores of the variant chosen on the others, conversation -> that variant)."""
+    held: dict[str, Scores] = {}
+    chosen: dict[str, str] = {}
+    for conversation in conversations:
+        others = set(conversations) - {conversation}
+        best = max(results, key=lambda name: (objective(results[name], conversations, others), name == "default"))
+        held[conversation], chosen[conversation] = results[best][conversation], best
+    return held, chosen
+
+
+def run(service: Any, datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy]) -> dict:
+    memo = MemoSearcher(service.searcher)
+    conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
+    results = {}
+    for name, policy in variants.items():
+        started = time.perf_counter()
+        results[name] = evaluate(service, datasets, policy, memo)
+        score = objective(results[name], conversations, set(conversations))
+        print(f"variant {name:<24} objective {score:.4f}  ({time.perf_counter() - started:.0f} s)", flush=True)
+    held, chosen = leave_one_out(results, conversations)
+    return {"results": results, "held": held, "chosen": chosen, "conversations": conversations, "memo": memo}
+
+
+def print_loo(
+    service: Any, datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy] | None = None
+) -> dict[str, Any]:
+    outcome = run(service, datasets, variants or VARIANTS)
+    print("\n## leave-one-conversation-out (context weights)")
+    print("chosen per held-out conversation: " + ", ".join(f"{c}: {v}" for c, v in outcome["chosen"].items()))
+    for dataset, samples in datasets.items():
+        ids = {s.sample_id for s in samples}
+        rows = {
+            "in-sample (default)": merge({c: s for c, s in outcome["results"]["default"].items() if c in ids}),
+            "leave-one-out": merge({c: s for c, s in outcome["held"].items() if c in ids}),
+        }
+        print(f"\n### {dataset}\n")
+        print(table(rows, CATEGORIES[dataset]))
+    search_table(service, datasets, outcome["memo"])
+    return outcome
+
+
+def search_table(service: Any, datasets: dict[str, list[Sample]], memo: MemoSearcher) -> None:
+    """Episode recall@k of search with message evidence at several weights (0 = fused rank only)."""
+    for dataset, samples in datasets.items():
+        print(f"\n### search, {dataset}: episode recall@" + "/".join(map(str, EPISODE_KS)) + "\n")
+        for name, weight in SEARCH_VARIANTS.items():
+            memo.policy = replace(memo.policy, search_evidence=weight)
+            found = merge(episode_recall(lambda g, q, k: memo.search(g, SearchQuery(query=q, k=k)), samples))
+            figures = " / ".join(f"{found.mean(('episode', k), CATEGORIES[dataset]):.3f}" for k in EPISODE_KS)
+            print(f"| {name} | {figures} |")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--variants", default="", help="comma-separated names of VARIANTS (default: all)")
+    parser.add_argument("--datasets", default="locomo,realtalk")
+    args = parser.parse_args(argv)
+
+    from api.facade import Epimem
+
+    names = [n for n in args.variants.split(",") if n] or list(VARIANTS)
+    datasets = {name: load_dataset(name) for name in args.datasets.split(",") if name}
+    service = Epimem.from_settings(data_dir=args.data_dir, background=False)
+    try:
+        print_loo(service, datasets, {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS})
+    finally:
+        service.close()
+
+
+if __name__ == "__main__":
+    main()
