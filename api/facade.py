@@ -109,6 +109,8 @@ class Epimem:
             time_gap=timedelta(minutes=settings.episode_time_gap_minutes),
             topic_shift_threshold=settings.topic_shift_threshold,
             topic_window=settings.topic_window,
+            method=settings.segmentation_method,
+            target_messages=settings.episode_target_messages,
         )
         self.ingestor = Ingestor(
             store=store,

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     episode_min_messages: int = Field(default=2, ge=1)
     episode_max_messages: int = Field(default=12, ge=1, le=1000)
     episode_time_gap_minutes: float = Field(default=30.0, gt=0)
+    segmentation_method: Literal["scored", "window"] = Field(
+        default="scored",
+        description="scored = every gap gets a topic-shift score, boundaries are chosen with the size bounds "
+        "and the target (memory.boundaries); window = the older rule on topic_shift_threshold / topic_window.",
+    )
+    episode_target_messages: float = Field(
+        default=6.0, gt=1, le=1000, description="Typical episode length the scored method aims for."
+    )
     topic_shift_threshold: float = Field(default=0.15, ge=-1, le=1)
     topic_window: int = Field(default=3, ge=1, le=50)
     auto_flush_pending: int = Field(

@@ -1,10 +1,15 @@
 """Episode formation on the LoCoMo dev data with the offline generator.
 
-    python tests/benchmarks/episodes.py [--data PATH] [--samples N] [--skip-ingest]
+    python tests/benchmarks/episodes.py [--data PATH] [--samples N]
+    python tests/benchmarks/episodes.py --compare [--realtalk DIR] [--target 6]
 
-Prints the number of episodes, messages per episode (mean / median / min / max), the boundary
-reasons, the throughput of the generation step alone (episodes/s, messages/s) and of the whole
-ingest (embedding, segmentation, generation, storage in an embedded Chroma in a temp folder).
+``--compare`` segments every session of LoCoMo dev and REALTALK dev (no storage) with the rule
+used before issue 19 (``method="window"``) and with the scored method, and prints for each the
+number of episodes, their sizes and their boundary reasons, as the ingest would form them (each
+session in one batch). Otherwise the script prints the number of episodes, messages per episode
+(mean / median / min / max), the boundary reasons, the throughput of the generation step alone
+(episodes/s, messages/s) and of the whole ingest (embedding, segmentation, generation, storage in
+an embedded Chroma in a temp folder).
 Not collected by pytest; nothing leaves the machine.
 """
 
@@ -27,14 +32,46 @@ sys.path.insert(0, str(ROOT))
 
 from api.facade import Epimem  # noqa: E402
 from memory.generation import OfflineEpisodeGenerator  # noqa: E402
-from memory.importers import read_locomo  # noqa: E402
+from memory.importers import LocomoSample, read_locomo  # noqa: E402
+from memory.ingestion import message_embedding_text  # noqa: E402
 from memory.models import Episode, Segment  # noqa: E402
+from memory.segmentation import SegmentationPolicy, split_messages  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
+DEFAULT_REALTALK = ROOT.parent / "shared" / "data" / "realtalk-dev"
 
 
 def describe(sizes: list[int]) -> str:
     return f"mean {statistics.mean(sizes):.2f}, median {statistics.median(sizes):g}, min {min(sizes)}, max {max(sizes)}"
+
+
+def compare(datasets: dict[str, list[LocomoSample]], target: float) -> None:
+    """Episode sizes and boundary reasons before (window rule) and after (scored), per dataset."""
+    from memory.embedding import SentenceTransformerEmbedder
+
+    embedder = SentenceTransformerEmbedder(device="cpu")
+    methods = {
+        "before (window rule)": SegmentationPolicy(method="window"),
+        f"after (scored, target {target:g})": SegmentationPolicy(method="scored", target_messages=target),
+    }
+    for name, samples in datasets.items():
+        sessions = [messages for sample in samples for messages in sample.sessions.values() if messages]
+        vectors = [embedder.embed_batch([message_embedding_text(m) for m in messages]) for messages in sessions]
+        print(f"\n{name}: {len(samples)} conversations, {len(sessions)} sessions, {sum(map(len, sessions))} messages")
+        for label, policy in methods.items():
+            segments = [
+                segment
+                for messages, v in zip(sessions, vectors, strict=True)
+                for segment in split_messages(messages, policy=policy, vectors=v)
+            ]
+            sizes = [len(segment.messages) for segment in segments]
+            reasons = Counter(segment.boundary_reason.value for segment in segments)
+            common = Counter(sizes).most_common(1)[0]
+            print(
+                f"  {label}: {len(segments)} episodes; sizes {describe(sizes)}; most common size {common[0]} "
+                f"({common[1]}x)"
+            )
+            print("    boundary reasons: " + ", ".join(f"{r} {c}" for r, c in reasons.most_common()))
 
 
 def main() -> None:
@@ -42,7 +79,18 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="LoCoMo JSON file")
     parser.add_argument("--samples", type=int, default=None, help="only the first N conversations")
     parser.add_argument("--repeat", type=int, default=5, help="passes over the segments when timing generation")
+    parser.add_argument("--compare", action="store_true", help="before/after segmentation, no storage")
+    parser.add_argument("--realtalk", type=Path, default=DEFAULT_REALTALK, help="REALTALK chats folder")
+    parser.add_argument("--target", type=float, default=SegmentationPolicy().target_messages)
     args = parser.parse_args()
+    if args.compare:
+        datasets = {"LoCoMo dev": read_locomo(args.data)[: args.samples]}
+        if args.realtalk.is_dir():
+            from memory.importers import read_realtalk
+
+            datasets["REALTALK dev"] = [read_realtalk(path) for path in sorted(args.realtalk.glob("*.json"))]
+        compare(datasets, args.target)
+        return
 
     samples = read_locomo(args.data)[: args.samples]
     message_count = sum(len(s.messages) for s in samples)

@@ -1,0 +1,111 @@
+"""``epimem segment FILE.jsonl``: where episodes would end, gap by gap, without storing anything.
+
+Reads messages in the import JSON Lines format (``group_id``, ``session_id``, ``id``, ``content``,
+``timestamp``, ``producer_id``, ...), embeds them with the configured model, and scores every gap
+between consecutive messages of a session (in event-time order) with the heuristic segmenter the
+settings select (``EPIMEM_SEGMENTATION_METHOD``, the size bounds, the time gap, the target). With
+``--json``: one JSON object per gap, ``{"group_id", "session_id", "after_id", "before_id",
+"score", "boundary", "reason"}``; ``reason`` is the boundary reason where an episode would end,
+else null. No LLM is called, even where one is configured.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memory.embedding import SentenceTransformerEmbedder
+from memory.errors import EpimemError, InvalidInputError
+from memory.importers import read_jsonl
+from memory.ingestion import message_embedding_text
+from memory.segmentation import GapDecision, SegmentationPolicy, decide_gaps
+from memory.settings import Settings
+
+REQUIRED = ("group_id", "session_id", "id", "content")
+
+
+def check_lines(path: Path) -> None:
+    """Every non-blank line is a JSON object with the required fields; the first bad one raises
+    ``InvalidInputError`` naming its number."""
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InvalidInputError(f"{path}, line {number}: not valid JSON ({error.msg})") from None
+            missing = [name for name in REQUIRED if not isinstance(record, dict) or name not in record]
+            if missing:
+                raise InvalidInputError(
+                    f"{path}, line {number}: missing {', '.join(missing)} (each line needs "
+                    f"{', '.join(REQUIRED)}; timestamp and producer_id are recommended)"
+                )
+
+
+def policy_from(settings: Settings) -> SegmentationPolicy:
+    return SegmentationPolicy(
+        min_messages=settings.episode_min_messages,
+        max_messages=settings.episode_max_messages,
+        time_gap=timedelta(minutes=settings.episode_time_gap_minutes),
+        method=settings.segmentation_method,
+        target_messages=settings.episode_target_messages,
+        topic_shift_threshold=settings.topic_shift_threshold,
+        topic_window=settings.topic_window,
+    )
+
+
+def gap_record(group_id: str, session_id: str, decision: GapDecision) -> dict[str, object]:
+    return {
+        "group_id": group_id,
+        "session_id": session_id,
+        "after_id": decision.after.id,
+        "before_id": decision.before.id,
+        "score": round(decision.score, 4),
+        "boundary": decision.boundary,
+        "reason": decision.reason.value if decision.reason is not None else None,
+    }
+
+
+def segment(
+    file: Annotated[Path, typer.Argument(help="messages in the import JSON Lines format", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per gap")] = False,
+) -> None:
+    """Score every gap between consecutive messages and show where episodes would end (stores nothing)."""
+    settings = Settings()
+    try:
+        if not file.is_file():
+            raise FileNotFoundError(f"no such file: {file}")
+        check_lines(file)
+        batches = list(read_jsonl(file))
+    except (EpimemError, FileNotFoundError, UnicodeDecodeError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    embedder = SentenceTransformerEmbedder(
+        model=settings.embedding_model,
+        device=settings.embedding_device,
+        backend=settings.embedding_backend,
+        onnx_dir=settings.data_dir / "models",
+        batch_size=settings.embedding_batch_size,
+    )
+    policy = policy_from(settings)
+    for group_id, session_id, messages in batches:
+        vectors = embedder.embed_batch([message_embedding_text(m) for m in messages])
+        for decision in decide_gaps(messages, policy=policy, vectors=vectors):
+            record = gap_record(group_id, session_id, decision)
+            if as_json:
+                typer.echo(json.dumps(record))
+            else:
+                mark = f"| {record['reason']}" if decision.boundary else ""
+                typer.echo(
+                    f"{group_id}/{session_id}  {decision.after.id} -> {decision.before.id}  "
+                    f"{decision.score:.3f} {'#' * round(decision.score * 20):<20} {mark}"
+                )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("segment")(segment)
