@@ -24,6 +24,7 @@ from api.home import home
 from api.metrics import Metrics
 from api.middleware import RequestMiddleware
 from api.routes import ops, v1
+from api.telemetry import setup_tracing
 from memory.errors import EpimemError
 from memory.settings import Settings
 from memory.lazy_embedding import LazyEmbedder
@@ -103,6 +104,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(ops)
     mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem[mcp])
     app.add_middleware(RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes)
+    setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem[otel])
     return app
 
 

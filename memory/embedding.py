@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from memory.errors import ModelNotFoundError
+from memory.tracing import traced
 
 BUNDLED_MODEL_NAME = "all-MiniLM-L6-v2"
 Backend = Literal["torch", "onnx", "onnx-int8"]
@@ -117,6 +118,7 @@ class SentenceTransformerEmbedder:
     def max_tokens(self) -> int:
         return int(self._model.max_seq_length or 0)
 
+    @traced("epimem.embed", lambda _self, texts: {"batch_size": len(texts)})
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)

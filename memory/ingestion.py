@@ -40,6 +40,7 @@ from memory.receipts import AddReceipt as AddReceipt  # re-exported: its old hom
 from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.store import ChromaStore, VectorRecord, episode_metadata, message_record_id, message_vector_metadata
 from memory.timeutil import utc_now
+from memory.tracing import span
 
 log = logging.getLogger("epimem.ingest")
 
@@ -59,7 +60,8 @@ class StageTimings:
     def stage(self, name: str) -> Iterator[None]:
         started = time.perf_counter()
         try:
-            yield
+            with span(f"epimem.ingest.{name}"):
+                yield
         finally:
             self.seconds[name] += time.perf_counter() - started
 

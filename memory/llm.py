@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import openai
 
 from memory.errors import EpimemError
+from memory.tracing import traced
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -155,6 +156,11 @@ class LLMClient:
     def close(self) -> None:
         self._client.close()
 
+    @traced(
+        "epimem.llm.chat",
+        lambda self, _messages: {"model": self.model},
+        lambda r: {"input_tokens": r.usage.prompt_tokens, "output_tokens": r.usage.completion_tokens},
+    )
     def complete_json(self, messages: Sequence[dict[str, str]]) -> JsonReply:
         """One JSON object from the model, retrying transient failures; raises LLMError."""
         started = time.perf_counter()

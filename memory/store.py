@@ -44,6 +44,7 @@ from memory.models import (
 )
 from memory.receipts import DeletionReceipt as DeletionReceipt  # re-exported: its old home
 from memory.timeutil import from_epoch, to_epoch
+from memory.tracing import span
 
 REGISTRY = "epm-registry"
 _PLACEHOLDER: Any = [0.0]
@@ -103,7 +104,7 @@ def _store_call(function: Callable[Concatenate[ChromaStore, P], R]) -> Callable[
     def wrapper(store: ChromaStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
         for attempt in range(_INTERNAL_RETRIES + 1):
             try:
-                with store.connection.call():
+                with span(f"epimem.store.{function.__name__}"), store.connection.call():
                     return function(store, *args, **kwargs)
             except (httpx.TransportError, ConnectionError, TimeoutError) as error:
                 raise StoreUnavailableError(f"the vector store is unavailable: {error}") from error

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from memory.models import Episode, Message
 from memory.timeutil import format_date
+from memory.tracing import read_attributes, traced
 from retrieval.names import named_in
 from retrieval.scoring import ScoringPolicy, score_messages
 from retrieval.search import Candidate, Searcher
@@ -104,6 +105,7 @@ class ContextBuilder:
         """(characters, wordpieces) of the lines, each preceded by its newline."""
         return sum(len(line) + 1 for line in lines), sum(self._line_wordpieces(line) for line in lines)
 
+    @traced("epimem.context.pack", read_attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy
         query = self._searcher.resolve_names(group_id, query, policy)

@@ -20,6 +20,7 @@ from memory.embedding import Embedder
 from memory.models import Episode, Message
 from memory.store import ChromaStore, VectorRecord, episode_from_record, message_record_id, where_all
 from memory.timeutil import to_epoch, utc_now
+from memory.tracing import read_attributes, traced
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.names import configured_names, learned_names, merge_names, with_ids
 from retrieval.scoring import EPISODE_KINDS, ScoringPolicy, episode_score, recency_factor, score_messages
@@ -129,6 +130,7 @@ class Searcher:
         embed = getattr(self._embedder, "embed_query", None)
         return embed(query) if embed is not None else self._embedder.embed_batch([query])[0]
 
+    @traced("epimem.search.candidates", read_attributes, lambda found: {"candidates": len(found)})
     def candidates(self, group_id: str, query: str, scope: Scope, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
         window = resolve_window(scope)
@@ -171,6 +173,7 @@ class Searcher:
 
     # -- search ------------------------------------------------------------------------------------
 
+    @traced("epimem.search", read_attributes, lambda hits: {"hits": len(hits)})
     def search(self, group_id: str, query: SearchQuery) -> list[SearchHit]:
         query = self.resolve_names(group_id, query, self.policy)
         depth = max(50, query.k * 8)

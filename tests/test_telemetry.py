@@ -1,0 +1,146 @@
+"""OpenTelemetry: the span tree of an ingest and of a context call over real HTTP (uvicorn), read
+from the SDK's in-memory exporter; no ids, keys or text in attributes; off by default."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from conftest import free_port
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from api.app import create_app
+from api.facade import Epimem
+from api.telemetry import scrub_url, setup_tracing, tracing_requested
+from memory import tracing
+from memory.embedding import SentenceTransformerEmbedder
+from memory.settings import Settings
+
+GROUP = "secret-group-7f3a"
+TEXT = "Caroline adopted a golden retriever called Rex"
+
+
+@pytest.fixture
+def traced(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[tuple[str, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    service = Epimem.from_settings(Settings(data_dir=tmp_path / "data"), background=False, embedder=embedder)
+    app = create_app(service)
+    assert setup_tracing(app, provider)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", exporter
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        tracing.disable()
+        service.close()
+
+
+def children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+def descendants(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
+    found = children(spans, parent)
+    return found + [d for child in found for d in descendants(spans, child)]
+
+
+def request_span(spans: list[ReadableSpan], name: str) -> ReadableSpan:
+    matching = [s for s in spans if s.name == name and s.parent is None]
+    assert len(matching) == 1, [s.name for s in spans if s.parent is None]
+    return matching[0]
+
+
+def names(spans: list[ReadableSpan]) -> set[str]:
+    return {s.name for s in spans}
+
+
+def test_span_trees_of_an_ingest_and_a_context_call(traced: tuple[str, InMemorySpanExporter]) -> None:
+    url, exporter = traced
+    messages = [
+        {"id": f"m{i}", "content": f"{TEXT} ({i}).", "producer_id": "Caroline", "timestamp": f"2023-05-08T13:0{i}:00Z"}
+        for i in range(3)
+    ]
+    with httpx.Client(base_url=url, timeout=60) as http:
+        assert http.post(f"/v1/groups/{GROUP}/sessions/s1/messages", json={"messages": messages}).status_code == 200
+        assert http.post(f"/v1/groups/{GROUP}/sessions/s1/flush").status_code == 200
+        context = http.post(f"/v1/groups/{GROUP}/context", json={"query": "Who has a dog?", "token_budget": 300})
+        assert context.status_code == 200 and "Rex" in context.json()["text"]
+        assert http.get("/healthz").status_code == 200
+        assert http.get("/metrics").status_code == 200
+    spans = list(exporter.get_finished_spans())
+
+    add = request_span(spans, "POST /v1/groups/{group_id}/sessions/{session_id}/messages")
+    assert "epimem.ingest.store_messages" in names(children(spans, add))
+    flush = request_span(spans, "POST /v1/groups/{group_id}/sessions/{session_id}/flush")
+    stages = children(spans, flush)
+    assert {"epimem.ingest.embedding", "epimem.ingest.segmentation", "epimem.ingest.generation"} <= names(stages)
+    assert "epimem.ingest.storage" in names(stages)
+    embedding = next(s for s in stages if s.name == "epimem.ingest.embedding")
+    embed = [s for s in children(spans, embedding) if s.name == "epimem.embed"]
+    assert embed and embed[0].attributes["epimem.batch_size"] == 3
+    assert any(s.name.startswith("epimem.store.") for s in descendants(spans, flush))
+
+    ctx = request_span(spans, "POST /v1/groups/{group_id}/context")
+    (pack,) = [s for s in children(spans, ctx) if s.name == "epimem.context.pack"]
+    assert pack.attributes["epimem.budget"] == 300
+    assert pack.attributes["epimem.pieces"] == 1
+    assert 0 < pack.attributes["epimem.tokens"] <= 300
+    assert pack.attributes["epimem.group_hash"] == tracing.group_hash(GROUP)
+    below = names(descendants(spans, pack))
+    assert "epimem.search.candidates" in below and any(n.startswith("epimem.store.") for n in below)
+
+    assert not [s for s in spans if "healthz" in s.name or "metrics" in s.name]
+    for span in spans:  # no raw group id, no message text in any attribute
+        for value in (span.attributes or {}).values():
+            assert GROUP not in str(value) and "retriever" not in str(value), (span.name, value)
+
+
+def test_off_without_endpoint_and_no_spans_then(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    assert not tracing_requested()
+    assert tracing_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"})
+    assert not tracing_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"})
+    assert not tracing_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"})
+    app = create_app(settings=Settings(data_dir=tmp_path))
+    assert not hasattr(app.state, "tracer_provider") and not tracing.enabled()
+    with tracing.span("epimem.x", n=1) as current:
+        current.set(n=2)  # the no-op handle
+
+
+def test_otlp_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "epimem-test")
+    app = create_app(settings=Settings(data_dir=tmp_path))
+    try:
+        provider: Any = app.state.tracer_provider
+        assert provider.resource.attributes["service.name"] == "epimem-test"
+        assert tracing.enabled()
+    finally:
+        tracing.disable()
+        provider.shutdown()
+
+
+def test_scrub_url() -> None:
+    assert scrub_url("/v1/groups/team-a/sessions/s%201/episodes/e1?expand=messages") == (
+        "/v1/groups/{id}/sessions/{id}/episodes/{id}"
+    )
+    assert scrub_url("http://h:1/v1/groups/x/search") == "http://h:1/v1/groups/{id}/search"
