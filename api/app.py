@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from api.auth import KeyRing
 from api.errors import install_error_handlers
+from api.explorer import explorer, mount_ui
 from api.facade import Epimem
 from api.mcp_http import mount_mcp
 from api.home import home
@@ -103,6 +104,8 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
     mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem[mcp])
+    app.include_router(explorer)
+    mount_ui(app)  # the browser explorer at /ui, on the same public /v1 API
     app.add_middleware(RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes)
     setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem[otel])
     return app

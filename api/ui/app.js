@@ -1,0 +1,201 @@
+/* epimem explorer: router, who-am-I, groups and sessions. Views with more logic live in views.js. */
+"use strict";
+
+(function () {
+  const { api, g, explain, h, fmtTime, plural, emptyState, jsonText } = window.epimemCore;
+  const main = document.getElementById("main");
+  const banner = document.getElementById("banner");
+
+  const state = { who: null, overview: new Map() };
+  const PAGE = 20;
+
+  const canDelete = () => state.who && state.who.role === "admin";
+  const route = (...parts) => "#/" + parts.map(encodeURIComponent).join("/");
+
+  function showError(error) {
+    if (error && error.status === 401) { keyForm(api.key ? "That key was not accepted. Try another one." : null); return; }
+    banner.replaceChildren(h("span", {}, explain(error, state.who && state.who.role)),
+      h("button", { class: "link", type: "button", onclick: () => { banner.hidden = true; } }, "Dismiss"));
+    banner.hidden = false;
+  }
+  function clearError() { banner.hidden = true; banner.replaceChildren(); }
+
+  function render(title, ...content) {
+    document.title = `${title} · epimem explorer`;
+    main.replaceChildren(...content.filter((node) => node !== null && node !== undefined));
+  }
+
+  /* Sessions and counts of a group, cached until something is deleted. */
+  async function overview(group, fresh) {
+    if (fresh || !state.overview.has(group)) {
+      state.overview.set(group, await api.get(g(group) + "/overview", { limit: 500 }));
+    }
+    return state.overview.get(group);
+  }
+
+  function tabs(group) {
+    const here = location.hash;
+    const link = (label, href) => h("a", { href, "aria-current": here === href || here.startsWith(href + "?") ? "page" : null }, label);
+    const nav = document.getElementById("tabs");
+    nav.replaceChildren(link("Groups", "#/groups"));
+    if (!group) return;
+    nav.append(
+      h("span", { class: "crumb", title: group }, group),
+      link("Sessions", route("g", group)),
+      link("Timeline", route("g", group, "timeline")),
+      link("Search", route("g", group, "search")),
+      link("Context", route("g", group, "context")),
+      link("Lifecycle", route("g", group, "lifecycle")),
+    );
+  }
+
+  function whoBox() {
+    const box = document.getElementById("who");
+    if (!state.who) { box.replaceChildren(); return; }
+    const label = state.who.mode === "local" ? "local mode · no key needed" : `key · ${state.who.role}`;
+    box.replaceChildren(h("span", { class: "badge role-" + state.who.role }, label));
+    if (api.key) {
+      box.append(h("button", { class: "link", type: "button", onclick: () => { api.key = null; state.who = null; start(); } },
+        "Forget key"));
+    }
+  }
+
+  function keyForm(problem) {
+    tabs(null);
+    const input = h("input", { id: "api-key", type: "password", autocomplete: "off", required: true, spellcheck: "false" });
+    const form = h("form", {
+      class: "card narrow", onsubmit: (event) => {
+        event.preventDefault();
+        api.key = input.value.trim();
+        start();
+      },
+    },
+    h("h1", {}, "This server needs an API key"),
+    problem ? h("p", { class: "error", role: "alert" }, problem) : null,
+    h("label", { for: "api-key" }, "API key"), input,
+    h("p", { class: "hint" }, "The key is kept only in this browser tab (sessionStorage) and sent to this server as "
+      + "“Authorization: Bearer …”. It decides which groups and actions you see."),
+    h("button", { type: "submit" }, "Use this key"));
+    render("API key", form);
+    input.focus();
+  }
+
+  function pager(offset, next, go) {
+    if (!offset && next === null) return null;
+    return h("nav", { class: "pager", "aria-label": "Pages" },
+      h("button", { type: "button", class: "secondary", disabled: !offset, onclick: () => go(Math.max(0, offset - PAGE)) }, "← Previous"),
+      h("span", {}, `from ${offset + 1}`),
+      h("button", { type: "button", class: "secondary", disabled: next === null, onclick: () => go(next) }, "Next →"));
+  }
+
+  function table(caption, headers, rows) {
+    return h("div", { class: "table-wrap" }, h("table", {},
+      h("caption", { class: "sr-only" }, caption),
+      h("thead", {}, h("tr", {}, headers.map((name) => h("th", { scope: "col" }, name)))),
+      h("tbody", {}, rows)));
+  }
+
+  async function groupsView(offset = 0) {
+    tabs(null);
+    const page = await api.get("/groups", { limit: PAGE, offset });
+    const heading = h("div", { class: "heading" }, h("h1", {}, "Groups"),
+      h("p", { class: "muted" }, "Every group your key can read. A group holds sessions; sessions hold messages, "
+        + "which become episodes."));
+    if (!page.groups.length) {
+      render("Groups", heading, emptyState("No groups yet.",
+        "Send messages to POST /v1/groups/{group}/sessions/{session}/messages (or run `epimem ingest`) and they appear here."));
+      return;
+    }
+    const rows = page.groups.map((group) => h("tr", {},
+      h("th", { scope: "row" }, h("a", { href: route("g", group.group_id) }, group.group_id),
+        group.description ? h("div", { class: "sub" }, group.description) : null),
+      h("td", { class: "num" }, group.sessions), h("td", { class: "num" }, group.messages),
+      h("td", { class: "num" }, group.episodes), h("td", {}, fmtTime(group.first)), h("td", {}, fmtTime(group.last)),
+      h("td", {}, h("a", { href: route("g", group.group_id, "timeline") }, "Timeline"))));
+    render("Groups", heading,
+      table("Groups", ["Group", "Sessions", "Messages", "Episodes", "First", "Last", ""], rows),
+      pager(offset, page.next_offset, (next) => groupsView(next).catch(showError)));
+  }
+
+  async function sessionsView(group) {
+    tabs(group);
+    const data = await overview(group, true);
+    const totals = data.group;
+    const heading = h("div", { class: "heading" }, h("h1", {}, group),
+      totals.description ? h("p", {}, totals.description) : null,
+      h("ul", { class: "stats" },
+        h("li", {}, h("strong", {}, totals.sessions), " sessions"),
+        h("li", {}, h("strong", {}, totals.messages), " messages"),
+        h("li", {}, h("strong", {}, totals.episodes), " episodes"),
+        h("li", {}, fmtTime(totals.first), " → ", fmtTime(totals.last))),
+      Object.keys(totals.metadata || {}).length ? h("p", { class: "muted" }, "Metadata: ", jsonText(totals.metadata)) : null);
+    if (!data.sessions.length) {
+      render(group, heading, emptyState("This group has no sessions.", "Messages sent to a session create it."));
+      return;
+    }
+    const rows = data.sessions.map((item) => {
+      const info = item.session;
+      return h("tr", { "data-session": info.session_id },
+        h("th", { scope: "row" }, h("a", { href: route("g", group, "timeline") + "?session=" + encodeURIComponent(info.session_id) },
+          info.title || info.session_id), info.title ? h("div", { class: "sub" }, info.session_id) : null),
+        h("td", { class: "num" }, item.messages), h("td", { class: "num" }, item.episodes),
+        h("td", {}, fmtTime(item.first)), h("td", {}, fmtTime(item.last)),
+        h("td", {}, [...info.user_ids, ...info.agent_ids].join(", ") || "—"),
+        h("td", { class: "mono" }, jsonText(info.metadata)));
+    });
+    render(group, heading,
+      table("Sessions of " + group, ["Session", "Messages", "Episodes", "First", "Last", "People", "Metadata"], rows),
+      data.next_offset !== null ? h("p", { class: "muted" }, "Showing the first 500 sessions.") : null);
+  }
+
+  const ctx = { state, route, overview, canDelete, render, tabs, showError, clearError, table, pager };
+
+  async function dispatch() {
+    clearError();
+    const [path, search] = location.hash.replace(/^#\/?/, "").split("?");
+    const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    const params = new URLSearchParams(search || "");
+    const views = window.epimemViews;
+    if (!parts.length || parts[0] === "groups") return groupsView();
+    if (parts[0] !== "g" || !parts[1]) return groupsView();
+    const group = parts[1];
+    const view = parts[2];
+    if (!view) return sessionsView(group);
+    if (view === "timeline") return views.timeline(ctx, group, params);
+    if (view === "search") return views.search(ctx, group, params);
+    if (view === "context") return views.context(ctx, group, params);
+    if (view === "lifecycle") return views.lifecycle(ctx, group);
+    if (view === "s" && parts[4] === "e") return views.episode(ctx, group, parts[3], parts[5], params);
+    render("Not found", emptyState("There is no such page.", "Use the tabs above."));
+  }
+
+  async function start() {
+    try {
+      state.who = await api.get("/auth/whoami");
+    } catch (error) {
+      state.who = null;
+      whoBox();
+      if (error.status === 401) { keyForm(api.key ? "That key was not accepted. Try another one." : null); return; }
+      showError(error);
+      return;
+    }
+    whoBox();
+    await route_();
+  }
+
+  async function route_() {
+    main.setAttribute("aria-busy", "true");
+    try {
+      await dispatch();
+    } catch (error) {
+      showError(error);
+    } finally {
+      main.removeAttribute("aria-busy");
+      document.body.dataset.rendered = location.hash;
+    }
+  }
+
+  window.addEventListener("hashchange", () => { if (state.who) route_(); });
+  window.epimem = { ctx, start, refresh: route_ };
+  document.addEventListener("DOMContentLoaded", start);
+})();
