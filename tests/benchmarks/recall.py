@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             if args.loo and not args.quick:
                 from recall_tune import print_loo
 
-                print_loo(service, datasets)
+                print_loo(dict.fromkeys(datasets, service), datasets)
         finally:
             service.close()
     return outcome

@@ -59,7 +59,13 @@ VARIANTS: dict[str, PackingPolicy] = {
     "episode 0.6": replace(BASE, episode_share=0.6),
     "keyword 0.7": replace(BASE, keyword_weight=0.7),
 }
-SEARCH_VARIANTS = {"fused only (before)": 0.0, "evidence 0.01": 0.01, "evidence 0.02": 0.02, "evidence 0.05": 0.05}
+SEARCH_VARIANTS = {
+    "fused only (before)": 0.0,
+    "evidence 0.02": 0.02,
+    "evidence 0.05": 0.05,
+    "evidence 0.1": 0.1,
+    "evidence 1.0": 1.0,
+}
 
 
 class MemoSearcher(Searcher):
@@ -113,14 +119,17 @@ class MemoSearcher(Searcher):
         return self._kept(("names", group_id), lambda: super(MemoSearcher, self).speaker_names(group_id))
 
 
-def evaluate(service: Any, datasets: dict[str, list[Sample]], policy: PackingPolicy, memo: MemoSearcher) -> dict:
+def evaluate(
+    services: dict[str, Any], datasets: dict[str, list[Sample]], policy: PackingPolicy, memos: dict[str, MemoSearcher]
+) -> dict[str, Scores]:
     """conversation -> Scores (context recall at each budget) under one policy."""
-    builder = ContextBuilder(searcher=memo, count_wordpieces=service.context_builder._wordpieces, policy=policy)
     found: dict[str, Scores] = {}
-    for samples in datasets.values():
+    for dataset, samples in datasets.items():
+        wordpieces = services[dataset].context_builder._wordpieces
+        builder = ContextBuilder(searcher=memos[dataset], count_wordpieces=wordpieces, policy=policy)
         found.update(
             context_recall(
-                lambda group, question, budget: builder.build(group, service_query(question, budget)),
+                lambda group, question, budget, builder=builder: builder.build(group, service_query(question, budget)),
                 samples,
             )
         )
@@ -155,23 +164,23 @@ def leave_one_out(results: dict[str, dict[str, Scores]], conversations: dict[str
     return held, chosen
 
 
-def run(service: Any, datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy]) -> dict:
-    memo = MemoSearcher(service.searcher)
+def run(services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy]) -> dict:
+    memos = {dataset: MemoSearcher(service.searcher) for dataset, service in services.items()}
     conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
     results = {}
     for name, policy in variants.items():
         started = time.perf_counter()
-        results[name] = evaluate(service, datasets, policy, memo)
+        results[name] = evaluate(services, datasets, policy, memos)
         score = objective(results[name], conversations, set(conversations))
         print(f"variant {name:<24} objective {score:.4f}  ({time.perf_counter() - started:.0f} s)", flush=True)
     held, chosen = leave_one_out(results, conversations)
-    return {"results": results, "held": held, "chosen": chosen, "conversations": conversations, "memo": memo}
+    return {"results": results, "held": held, "chosen": chosen, "conversations": conversations, "memos": memos}
 
 
 def print_loo(
-    service: Any, datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy] | None = None
+    services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy] | None = None
 ) -> dict[str, Any]:
-    outcome = run(service, datasets, variants or VARIANTS)
+    outcome = run(services, datasets, variants or VARIANTS)
     print("\n## leave-one-conversation-out (context weights)")
     print("chosen per held-out conversation: " + ", ".join(f"{c}: {v}" for c, v in outcome["chosen"].items()))
     for dataset, samples in datasets.items():
@@ -182,37 +191,71 @@ def print_loo(
         }
         print(f"\n### {dataset}\n")
         print(table(rows, CATEGORIES[dataset]))
-    search_table(service, datasets, outcome["memo"])
+    search_table(datasets, outcome["memos"])
     return outcome
 
 
-def search_table(service: Any, datasets: dict[str, list[Sample]], memo: MemoSearcher) -> None:
-    """Episode recall@k of search with message evidence at several weights (0 = fused rank only)."""
-    for dataset, samples in datasets.items():
-        print(f"\n### search, {dataset}: episode recall@" + "/".join(map(str, EPISODE_KS)) + "\n")
-        for name, weight in SEARCH_VARIANTS.items():
+def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearcher]) -> None:
+    """Episode recall@k of search with message evidence at several weights (0 = fused rank only, the
+    search before), and the weight chosen by leave-one-conversation-out (objective: mean of @1..@10)."""
+    conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
+    found: dict[str, dict[str, Scores]] = {}
+    for name, weight in SEARCH_VARIANTS.items():
+        found[name] = {}
+        for dataset, samples in datasets.items():
+            memo = memos[dataset]
             memo.policy = replace(memo.policy, search_evidence=weight)
-            found = merge(episode_recall(lambda g, q, k: memo.search(g, SearchQuery(query=q, k=k)), samples))
-            figures = " / ".join(f"{found.mean(('episode', k), CATEGORIES[dataset]):.3f}" for k in EPISODE_KS)
+            search = memo.search
+            found[name].update(episode_recall(lambda g, q, k, s=search: s(g, SearchQuery(query=q, k=k)), samples))
+
+    def mean_at(scores: dict[str, Scores], keep: set[str]) -> float:
+        figures = []
+        for dataset in set(conversations.values()):
+            kept = merge({c: s for c, s in scores.items() if c in keep and conversations[c] == dataset})
+            figures.append(statistics.fmean(kept.mean(("episode", k), CATEGORIES[dataset]) for k in EPISODE_KS))
+        return statistics.fmean(figures)
+
+    held: dict[str, Scores] = {}
+    for conversation in conversations:
+        others = set(conversations) - {conversation}
+        best = max(found, key=lambda name: mean_at(found[name], others))
+        held[conversation] = found[best][conversation]
+        print(f"search weight chosen without {conversation}: {best}")
+    for dataset, samples in datasets.items():
+        ids = {s.sample_id for s in samples}
+        print(f"\n### search, {dataset}: episode recall@" + "/".join(map(str, EPISODE_KS)) + "\n")
+        rows = {name: {c: s for c, s in scores.items() if c in ids} for name, scores in found.items()}
+        rows["leave-one-out"] = {c: s for c, s in held.items() if c in ids}
+        for name, scores in rows.items():
+            merged = merge(scores)
+            figures = " / ".join(f"{merged.mean(('episode', k), CATEGORIES[dataset]):.3f}" for k in EPISODE_KS)
             print(f"| {name} | {figures} |")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--realtalk-data-dir", default=None, help="REALTALK's ingested folder, if not --data-dir")
     parser.add_argument("--variants", default="", help="comma-separated names of VARIANTS (default: all)")
     parser.add_argument("--datasets", default="locomo,realtalk")
+    parser.add_argument("--quick", action="store_true", help="the short datasets of recall.py --quick")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
 
     names = [n for n in args.variants.split(",") if n] or list(VARIANTS)
-    datasets = {name: load_dataset(name) for name in args.datasets.split(",") if name}
-    service = Epimem.from_settings(data_dir=args.data_dir, background=False)
+    datasets = {name: load_dataset(name, quick=args.quick) for name in args.datasets.split(",") if name}
+    folders = {
+        name: args.realtalk_data_dir if name == "realtalk" and args.realtalk_data_dir else args.data_dir
+        for name in datasets
+    }
+    opened = {folder: Epimem.from_settings(data_dir=folder, background=False) for folder in set(folders.values())}
     try:
-        print_loo(service, datasets, {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS})
+        services = {name: opened[folder] for name, folder in folders.items()}
+        print_loo(services, datasets, {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS})
     finally:
-        service.close()
+        for service in opened.values():
+            service.close()
 
 
 if __name__ == "__main__":
