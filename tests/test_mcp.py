@@ -17,11 +17,13 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from docs_blocks import blocks, run_block
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from test_client import Server
 
+from api.client import EpimemClient
 from api.facade import Epimem
 from memory.embedding import SentenceTransformerEmbedder
 from memory.settings import Settings
@@ -107,20 +109,30 @@ async def exercise(client: Client, group: str | None) -> None:
     assert data(await client.call_tool("search_memory", {**where, "query": "Rex"})) == []
 
 
+def epimem_command() -> tuple[str, list[str]]:
+    """The installed ``epimem`` script beside this interpreter, else the same CLI through ``-m``."""
+    script = Path(sys.executable).parent / "epimem"
+    return (str(script), []) if script.exists() else (sys.executable, ["-m", "api.cli"])
+
+
 def test_stdio_subprocess_round_trip(tmp_path: Path) -> None:
+    """The stdio config block of docs/integrations.md, as a client would launch it."""
+    config = json.loads(blocks("test_mcp.py", "json")[0])["mcpServers"]["epimem"]
+    assert config["command"] == "epimem"
+    args = [str(tmp_path / "data") if a == "/path/to/epimem-data" else a for a in config["args"]]
+    command, prefix = epimem_command()
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "api.cli", "mcp", "--data-dir", str(tmp_path / "data"), "--group", "team-a"],
-        env={"HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False", "EPIMEM_API_KEYS_FILE": ""},
+        command=command,
+        args=[*prefix, *args],
+        env={"HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"},
         cwd=str(Path(__file__).resolve().parent.parent),
     )
-
     errors = tmp_path / "server-stderr.log"
 
     async def main() -> None:
         with errors.open("w") as errlog:
             async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=180) as client:
-                await exercise(client, None)  # the default group (--group) is used
+                await exercise(client, None)  # the default group (--group team-a) is used
                 refused = await client.call_tool("search_memory", {"query": "x", "group": "bad\x00group"})
                 assert refused.is_error and "invalid_input" in refused.content[0].text
 
@@ -148,9 +160,13 @@ def keyed_server(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Itera
 
 
 def http_client(url: str, key: str | None) -> Client:
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=180))
-    return Client(streamable_http_client(f"{url}/mcp", http_client=http), read_timeout_seconds=180)
+    """Connect as the HTTP config block of docs/integrations.md says (its url and headers)."""
+    config = json.loads(blocks("test_mcp.py", "json")[1])["mcpServers"]["epimem"]
+    assert config["url"] == "http://127.0.0.1:8000/mcp"
+    url = config["url"].replace("http://127.0.0.1:8000", url)
+    headers = {k: v.replace("YOUR-API-KEY", key) for k, v in config["headers"].items()} if key else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=180)
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=180)
 
 
 def test_streamable_http_round_trip_with_keys_and_scope(keyed_server: Server) -> None:
@@ -197,3 +213,12 @@ def test_mcp_is_optional(tmp_path: Path) -> None:
         )
         assert run.returncode == 0, run.stderr[-2000:]
         assert run.stdout.strip().splitlines()[-1] == expected
+
+
+def test_docs_python_example(keyed_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    with EpimemClient(keyed_server.url, api_key=WRITER) as memory:
+        memory.add_messages("team-a", "chat-1", [{"id": "d1", "content": "Ana adopted a dog called Rex."}])
+        memory.flush("team-a", "chat-1")
+    monkeypatch.setenv("EPIMEM_API_KEY", READER)
+    namespace = run_block("mcp", keyed_server.url, monkeypatch)
+    assert "Rex" in namespace["context"]

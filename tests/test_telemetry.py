@@ -13,6 +13,7 @@ import httpx
 import pytest
 import uvicorn
 from conftest import free_port
+from docs_blocks import blocks
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -126,13 +127,18 @@ def test_off_without_endpoint_and_no_spans_then(monkeypatch: pytest.MonkeyPatch,
         current.set(n=2)  # the no-op handle
 
 
-def test_otlp_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "epimem-test")
+def test_otlp_from_the_documented_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The variables of the docs' example (``OTEL_… epimem serve``) switch OTLP tracing on."""
+    (line,) = blocks("test_telemetry.py", "bash")
+    *assignments, command, verb = line.split()
+    assert (command, verb) == ("epimem", "serve")
+    for assignment in assignments:
+        name, _, value = assignment.partition("=")
+        monkeypatch.setenv(name, value)
     app = create_app(settings=Settings(data_dir=tmp_path))
     try:
         provider: Any = app.state.tracer_provider
-        assert provider.resource.attributes["service.name"] == "epimem-test"
+        assert provider.resource.attributes["service.name"] == "epimem-prod"
         assert tracing.enabled()
     finally:
         tracing.disable()
