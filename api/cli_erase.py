@@ -1,0 +1,57 @@
+"""``epimem erase-residue``: erase what deletes left in a stopped Chroma server's folder.
+
+A Chroma server keeps deleted records' bytes in its write log, in SQLite free pages and in
+orphaned segment folders (see memory.erasure and docs/trust.md); epimem cannot reach a server's
+files, so the operator runs this on the server's folder, on the same host, while it is stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memory.erasure import erase_folder
+from memory.errors import EpimemError
+from memory.folder_lock import LOCK_NAME, lock_folder, release_folder
+
+
+def erase_residue(
+    chroma_path: Annotated[
+        Path,
+        typer.Option(
+            "--chroma-path",
+            help="the folder of `chroma run --path` (or <data dir>/chroma of epimem); nothing may have it open",
+        ),
+    ],
+) -> None:
+    """Erase deleted data left in a stopped Chroma folder: rebuild collections whose write log names
+    deleted or overwritten records, drop write-log rows of dropped collections, vacuum with
+    secure_delete, remove orphaned segment folders."""
+    # An epimem data folder (<data>/chroma): hold its lock, so a running service is never scrubbed under it.
+    data_dir = chroma_path.resolve().parent
+    locked = (data_dir / LOCK_NAME).exists()
+    try:
+        if locked:
+            lock_folder(data_dir)
+    except EpimemError as error:
+        typer.echo(f"error: {error.message}", err=True)
+        raise typer.Exit(2) from error
+    try:
+        report = erase_folder(chroma_path)
+    except FileNotFoundError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    finally:
+        if locked:
+            release_folder(data_dir)
+    typer.echo(
+        f"rebuilt {len(report.rebuilt)} collections ({', '.join(report.rebuilt) or '-'}), removed "
+        f"{report.log_rows} write-log rows and {len(report.folders)} orphaned segment folders; "
+        f"{report.bytes_before} -> {report.bytes_after} bytes in {report.seconds:.1f} s"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("erase-residue")(erase_residue)
