@@ -222,3 +222,30 @@ def test_docs_python_example(keyed_server: Server, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("EPIMEM_API_KEY", READER)
     namespace = run_block("mcp", keyed_server.url, monkeypatch)
     assert "Rex" in namespace["context"]
+
+
+def test_stdio_over_a_running_server_keeps_the_key_scope(keyed_server: Server, tmp_path: Path) -> None:
+    """``epimem mcp --url … --api-key …``: the tools go through the HTTP client, so the server's key
+    scoping applies (and no model is loaded in the MCP process)."""
+    with EpimemClient(keyed_server.url, api_key=WRITER) as memory:
+        memory.add_messages("team-a", "chat-1", [{"id": "u1", "content": "Ben plays the cello on Sundays."}])
+        memory.flush("team-a", "chat-1")
+    command, prefix = epimem_command()
+    params = StdioServerParameters(
+        command=command,
+        args=[*prefix, "mcp", "--url", keyed_server.url, "--group", "team-a"],
+        env={"EPIMEM_API_KEY": READER},
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+    async def main() -> None:
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=120) as client:
+                hits = data(await client.call_tool("search_memory", {"query": "What does Ben play?"}))
+                assert hits and "cello" in hits[0]["content"]
+                other = await client.call_tool("search_memory", {"query": "cello", "group": "team-b"})
+                assert other.is_error and "forbidden" in other.content[0].text
+                write = await client.call_tool("delete_session", {"session": "chat-1"})
+                assert write.is_error and "forbidden" in write.content[0].text
+
+    asyncio.run(main())
