@@ -181,6 +181,7 @@ def open_connection(
     ``data_dir/chroma`` (one connection per folder, shared: a restart must reach every user)."""
     if host:
         return ChromaConnection(lambda: _server_client(host, port, ssl, timeout_s), max_open=max_open)
+    lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
     path = (Path(data_dir) / "chroma").resolve()
     path.mkdir(parents=True, exist_ok=True)
     settings = ChromaSettings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path))
@@ -197,7 +198,6 @@ def open_connection(
         else:  # the folder is already open in this process: the tighter bounds win
             bounds = [b for b in (connection.recycle_after, recycle_after) if b]
             connection.recycle_after = min(bounds, default=0)
-    lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
         return connection
 
 
