@@ -32,8 +32,8 @@ from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings as ChromaSettings
 
 from memory.errors import StoreUnavailableError
-
 from memory.folder_lock import lock_folder
+
 
 class _Gate:
     """Many calls at once, or one restart alone. A thread already inside a call may nest calls; new
