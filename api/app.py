@@ -20,15 +20,15 @@ from api.auth import KeyRing
 from api.errors import install_error_handlers
 from api.explorer import explorer, mount_ui
 from api.facade import Epimem
-from api.mcp_http import mount_mcp
 from api.home import home
+from api.mcp_http import mount_mcp
 from api.metrics import Metrics
 from api.middleware import RequestMiddleware
 from api.routes import ops, v1
 from api.telemetry import setup_tracing
 from memory.errors import EpimemError
-from memory.settings import Settings
 from memory.lazy_embedding import LazyEmbedder
+from memory.settings import Settings
 
 log = logging.getLogger("epimem.api")
 
