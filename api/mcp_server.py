@@ -12,6 +12,7 @@ group it touches and the role it needs; over HTTP it applies the same API keys a
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any, Protocol
@@ -252,8 +253,16 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             client.close()
         return 0
-    from api.facade import Epimem
-    from memory.settings import Settings
+    try:
+        from api.facade import Epimem
+        from memory.settings import Settings
+    except ImportError as error:  # a client-only install: only --url can work
+        print(
+            f"epimem mcp: serving a data folder needs the server ({error.name} is missing): "
+            "pip install 'epimem[server,mcp]', or pass --url of a running epimem",
+            file=sys.stderr,
+        )
+        return 1
 
     settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
     service = Epimem.from_settings(settings)
