@@ -4,8 +4,10 @@ timeline histogram) and the static files at /ui: real service, real Chroma, thro
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,7 +15,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.facade import Epimem
 from memory.embedding import SentenceTransformerEmbedder
-from memory.models import SessionInfo
+from memory.models import GroupConfiguration, SessionInfo
 from memory.settings import Settings
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
@@ -134,3 +136,22 @@ def test_ui_is_served_from_the_package_without_a_key(keyed: TestClient) -> None:
         assert keyed.get(f"/ui/{asset}").status_code == 200
     assert "http://" not in page.text and "https://" not in page.text  # nothing from a CDN
     assert keyed.get("/ui", follow_redirects=False).status_code in (307, 308)
+
+
+def test_the_key_file_example_in_the_docs_works(tmp_path, service: Epimem) -> None:
+    """docs/explorer.md's key file, loaded by the app: the read key sees its role, patterns and groups."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "explorer.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- tested: tests/test_api_explorer_routes.py -->\n```json\n(.*?)```", doc, re.S)
+    assert block is not None
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(block.group(1))
+    keys = json.loads(block.group(1))["keys"]
+    reader = next(k["key"] for k in keys if k["role"] == "read")
+    service.put_group(GroupConfiguration(group_id="proj-x"))
+    service.put_group(GroupConfiguration(group_id="other"))
+    settings = service.settings.model_copy(update={"api_keys_file": keys_file})
+    with TestClient(create_app(service, settings), base_url="http://127.0.0.1") as client:
+        who = client.get("/v1/auth/whoami", headers=auth(reader)).json()
+        assert who == {"mode": "key", "role": "read", "groups": ["team-a", "proj-*"]}
+        groups = client.get("/v1/groups", headers=auth(reader)).json()["groups"]
+        assert [g["group_id"] for g in groups] == ["proj-x"]
