@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from api.facade import Epimem
+from api.schemas import GroupConfigurationIn
 from memory.errors import InvalidInputError
 from memory.importers import normalise_realtalk_evidence, read_realtalk
 from memory.models import GroupConfiguration, SessionInfo
@@ -188,3 +189,11 @@ def test_realtalk_reader_rejects_an_unreadable_file(tmp_path: Path) -> None:
     broken.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(InvalidInputError, match="date_time"):
         read_realtalk(broken)
+
+
+def test_the_documented_metadata_example_names_the_speaker() -> None:
+    page = (Path(__file__).parents[1] / "docs" / "benchmarks-recall.md").read_text(encoding="utf-8")
+    block = page.split("<!-- tested: tests/test_aliases.py -->\n```json\n", 1)[1].split("```", 1)[0]
+    body = json.loads(block)
+    assert configured_names([body["metadata"]]) == {"emi": {"kate", "katie"}}
+    assert GroupConfigurationIn.model_validate(body).metadata == body["metadata"]  # PUT /groups/{group}'s body
