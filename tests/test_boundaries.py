@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from memory.segmentation import (
 )
 
 T0 = datetime(2024, 3, 1, 18, 0, tzinfo=UTC)
+DOC = Path(__file__).resolve().parents[1] / "docs" / "episodes.md"
 
 # Two people: pets, then (a clear shift) a trip, then (another shift) a job.
 DIALOGUE = [
@@ -247,6 +249,28 @@ def test_segment_command_prints_one_json_line_per_gap_and_stores_nothing(tmp_pat
     gap = rows[5]  # m5 -> m6: 85 minutes of silence
     assert gap["boundary"] and gap["reason"] == "time_gap" and gap["score"] == 1.0
     assert rows[7]["boundary"] and rows[7]["reason"] == "topic_shift"  # m7 -> m8: "what do you do for work"
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.slow
+def test_the_documented_example_runs_and_finds_the_shift_and_the_time_gap(tmp_path: Path) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    block = re.search(r"<!-- tested: tests/test_boundaries.py -->\n```bash\n(.*?)\n```", text, re.S)
+    assert block, f"no tested bash block in {DOC}"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "EPIMEM_DATA_DIR": str(tmp_path / "data")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.group(1)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 7
+    assert [(r["before_id"], r["reason"]) for r in rows if r["boundary"]] == [("m5", "topic_shift"), ("m8", "time_gap")]
     assert not (tmp_path / "data").exists()
 
 

@@ -26,12 +26,22 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT  # noqa: E402
+from benchmark_data import data_folder  # noqa: E402
 
 from memory.boundaries import Turn, depth_scores, gap_scores  # noqa: E402
 from memory.models import Message  # noqa: E402
-from memory.segmentation import SegmentationPolicy, split_messages  # noqa: E402
+from memory.segmentation import SegmentationPolicy, Segmenter, split_messages  # noqa: E402
 
-DEFAULT_DATA = Path(os.environ.get("EPIMEM_TIAGE", ROOT.parent / "shared" / "data" / "tiage"))
+
+def tiage_folder() -> Path:
+    """``EPIMEM_TIAGE`` if set, else ``tiage/`` in the benchmark data folder (benchmark_data.py's rule)."""
+    if os.environ.get("EPIMEM_TIAGE"):
+        return Path(os.environ["EPIMEM_TIAGE"])
+    folder = data_folder()
+    return (folder if folder is not None else ROOT.parent / "shared" / "data") / "tiage"
+
+
+DEFAULT_DATA = tiage_folder()
 # The reference figures of ../shared/data/README.md on anno_dev.json: (Pk, WindowDiff, F1, placed).
 REFERENCE = {
     "a boundary every 4 turns": (0.514, 0.534, 0.225, 301),
@@ -125,7 +135,9 @@ def old_heuristic(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
     return _cuts(dialogue, vectors, policy)
 
 
-def _cuts(dialogue: Dialogue, vectors: np.ndarray, policy: SegmentationPolicy) -> list[int]:
+def _cuts(
+    dialogue: Dialogue, vectors: np.ndarray, policy: SegmentationPolicy, *, segmenter: Segmenter | None = None
+) -> list[int]:
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     messages = [
         Message(id=f"m{i}", content=text, producer_id="AB"[i % 2], timestamp=t0 + timedelta(seconds=i))
@@ -133,7 +145,12 @@ def _cuts(dialogue: Dialogue, vectors: np.ndarray, policy: SegmentationPolicy) -
     ]
     starts = {0}
     position = 0
-    for segment in split_messages(messages, policy=policy, vectors=vectors):
+    segments = (
+        segmenter.segment(messages, vectors=vectors)
+        if segmenter is not None
+        else split_messages(messages, policy=policy, vectors=vectors)
+    )
+    for segment in segments:
         starts.add(position)
         position += len(segment.messages)
     return [int(i in starts) for i in range(1, len(messages))]
@@ -179,6 +196,33 @@ METHODS: dict[str, Callable[[Dialogue, np.ndarray], list[int]]] = {
 }
 
 
+def llm_method() -> tuple[str, Callable[[Dialogue, np.ndarray], list[int]]] | None:
+    """The LLM segmenter (memory/llm_segmenter.py) with the configured LLM (EPIMEM_LLM_*), or None."""
+    from memory.llm import LLMClient
+    from memory.llm_segmenter import LLMSegmenter
+    from memory.settings import Settings
+
+    settings = Settings()
+    if not settings.llm_configured:
+        return None
+    client = LLMClient(
+        model=settings.llm_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        concurrency=settings.llm_concurrency,
+        backoff_s=settings.llm_retry_backoff_s,
+        max_tokens=settings.llm_max_tokens,
+    )
+    segmenter = LLMSegmenter(client, policy=SegmentationPolicy(min_messages=BENCH_MIN, max_messages=BENCH_MAX))
+
+    def segment(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
+        return _cuts(dialogue, vectors, SegmentationPolicy(), segmenter=segmenter)
+
+    return f"LLM segmenter ({settings.llm_model})", segment
+
+
 def gap_score_rankings(dialogues: Sequence[Dialogue], vectors: Sequence[np.ndarray]) -> dict[str, float]:
     labels = np.array([x for d in dialogues for x in d.labels])
 
@@ -206,6 +250,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with anno_dev.json")
     parser.add_argument("--split", default="dev", choices=["dev", "train"])
     parser.add_argument("--quick", action="store_true", help="the first 20 dialogues only")
+    parser.add_argument("--llm", action="store_true", help="also the LLM segmenter with the configured LLM")
     args = parser.parse_args()
 
     dialogues = load(args.data / f"anno_{args.split}.json")[: 20 if args.quick else None]
@@ -222,7 +267,14 @@ def main() -> None:
         print(f"  {name:<40} AP = {value:.3f}")
     gold = [d.labels for d in dialogues]
     print("\nchosen boundaries (Pk, WindowDiff: lower is better)   [README reference on full dev]")
-    for name, method in METHODS.items():
+    methods = dict(METHODS)
+    if args.llm:
+        found = llm_method()
+        if found is None:
+            print("  LLM segmenter: no LLM configured (EPIMEM_LLM_BASE_URL / EPIMEM_LLM_API_KEY), not measured")
+        else:
+            methods[found[0]] = found[1]
+    for name, method in methods.items():
         hyp = [method(d, v) for d, v in zip(dialogues, vectors, strict=True)]
         s = segmentation_scores(gold, hyp)
         ref = REFERENCE.get(name)
