@@ -422,10 +422,13 @@ def test_lifecycle_deletes_with_confirmation_and_receipts_and_exports(local: Ser
     assert all("chat-2" not in t for t in page.locator("ol.episodes li").all_inner_texts())
 
     page.locator("ol.episodes li a").first.click()
-    page.get_by_role("button", name="Delete message chat-1-0-1").click()
+    last = page.locator("li.message").last
+    doomed = last.get_attribute("data-message")
+    last.get_by_role("button", name=f"Delete message {doomed}").click()
     confirm(page)
     page.locator("#receipt").wait_for()
-    assert "1 messages" in page.locator("#receipt").inner_text()
+    assert "\n1 message\n" in page.locator("#receipt").inner_text()
+    assert doomed in (page.locator("#receipt pre").text_content() or "")
     page.get_by_role("button", name="Delete episode").click()
     confirm(page)
     page.locator("#receipt h2", has_text="Deleted episode").wait_for()
@@ -444,10 +447,15 @@ def test_narrow_width_has_no_sideways_scrolling(local: Server, open_page: Callab
 
 
 def test_errors_are_explained_in_plain_words(local: Server, open_page: Callable) -> None:
-    page, _ = open_page(local.url + "/ui/#/g/no-such-group", allowed={404})
+    page, _ = open_page(local.url + "/ui/#/g/no-such-group", allowed={404, 422})
     banner = page.locator("#banner")
     banner.wait_for()
     assert "Not found" in banner.inner_text() and "{" not in banner.inner_text()
+    visit(page, local.url + "/ui/#/g/demo/timeline?time=2020")
+    assert page.get_by_text("No episodes in this window.").is_visible()
+    accessible(page)
+    visit(page, local.url + "/ui/#/g/demo/timeline?time=when%20pigs%20fly")
+    assert "could not accept this input" in banner.inner_text() and "cannot read the time window" in banner.inner_text()
     words = page.evaluate(
         """() => [403, 503].map(status => epimemCore.explain(
               new epimemCore.ApiError(status, 'x', 'the store did not answer', {}, 'GET'), 'read'))"""

@@ -23,7 +23,9 @@
   function render(title, ...content) {
     document.title = `${title} · epimem explorer`;
     main.replaceChildren(...content.filter((node) => node !== null && node !== undefined));
+    return true;
   }
+  let generation = 0;  // a view whose address was left while it loaded must not draw over the new one
 
   /* Sessions and counts of a group, cached until something is deleted. */
   async function overview(group, fresh) {
@@ -95,7 +97,8 @@
       h("tbody", {}, rows)));
   }
 
-  async function groupsView(offset = 0) {
+  async function groupsView(ctx, offset = 0) {
+    const render = ctx.render;
     tabs(null);
     const page = await api.get("/groups", { limit: PAGE, offset });
     const heading = h("div", { class: "heading" }, h("h1", {}, "Groups"),
@@ -103,7 +106,7 @@
         + "which become episodes."));
     if (!page.groups.length) {
       render("Groups", heading, emptyState("No groups yet.",
-        "Send messages to POST /v1/groups/{group}/sessions/{session}/messages (or run `epimem ingest`) and they appear here."));
+        "Send messages to a session through the API (or import a conversation with the command line) and they appear here."));
       return;
     }
     const rows = page.groups.map((group) => h("tr", {},
@@ -114,10 +117,11 @@
       h("td", {}, h("a", { href: route("g", group.group_id, "timeline") }, "Timeline"))));
     render("Groups", heading,
       table("Groups", ["Group", "Sessions", "Messages", "Episodes", "First", "Last", ""], rows),
-      pager(offset, page.next_offset, (next) => groupsView(next).catch(showError)));
+      pager(offset, page.next_offset, (next) => groupsView(ctx, next).catch(showError)));
   }
 
-  async function sessionsView(group) {
+  async function sessionsView(ctx, group) {
+    const render = ctx.render;
     tabs(group);
     const data = await overview(group, true);
     const totals = data.group;
@@ -148,7 +152,7 @@
       data.next_offset !== null ? h("p", { class: "muted" }, "Showing the first 500 sessions.") : null);
   }
 
-  const ctx = { state, route, overview, canDelete, render, tabs, showError, clearError, table, pager };
+  const shared = { state, route, overview, canDelete, render, tabs, showError, clearError, table, pager };
 
   async function dispatch() {
     clearError();
@@ -156,17 +160,19 @@
     const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
     const params = new URLSearchParams(search || "");
     const views = window.epimemViews;
-    if (!parts.length || parts[0] === "groups") return groupsView();
-    if (parts[0] !== "g" || !parts[1]) return groupsView();
+    const mine = ++generation;
+    const ctx = { ...shared, render: (...args) => mine === generation && render(...args) };
+    if (!parts.length || parts[0] === "groups") return groupsView(ctx);
+    if (parts[0] !== "g" || !parts[1]) return groupsView(ctx);
     const group = parts[1];
     const view = parts[2];
-    if (!view) return sessionsView(group);
+    if (!view) return sessionsView(ctx, group);
     if (view === "timeline") return views.timeline(ctx, group, params);
     if (view === "search") return views.search(ctx, group, params);
     if (view === "context") return views.context(ctx, group, params);
     if (view === "lifecycle") return views.lifecycle(ctx, group);
     if (view === "s" && parts[4] === "e") return views.episode(ctx, group, parts[3], parts[5], params);
-    render("Not found", emptyState("There is no such page.", "Use the tabs above."));
+    ctx.render("Not found", emptyState("There is no such page.", "Use the tabs above."));
   }
 
   async function start() {
@@ -196,6 +202,6 @@
   }
 
   window.addEventListener("hashchange", () => { if (state.who) route_(); });
-  window.epimem = { ctx, start, refresh: route_ };
+  window.epimem = { ctx: shared, start, refresh: route_ };
   document.addEventListener("DOMContentLoaded", start);
 })();

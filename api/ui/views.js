@@ -97,7 +97,7 @@
       h("span", { class: "muted", id: "window" }, `${fmtTime(start)} → ${fmtTime(end)} · ${fmtSpan(span)}`));
     const legend = h("ul", { class: "legend", "aria-label": "Sessions" }, lanes.map((id, index) =>
       h("li", {}, h("span", { class: "swatch", style: `background:${colourOf(index)}`, "aria-hidden": "true" }), id)));
-    ctx.render("Timeline", heading, form, zoom, axisSlot, legend, count, list, more);
+    if (!ctx.render("Timeline", heading, form, zoom, axisSlot, legend, count, list, more)) return;
     await loadPage();
     performance.mark("timeline-rendered");
     const measure = performance.measure("timeline", "timeline-start", "timeline-rendered");
@@ -308,9 +308,9 @@
     return h("section", { class: "card receipt", id: "receipt" },
       h("h2", { tabindex: "-1" }, `Deleted ${what}`),
       h("ul", { class: "stats" },
-        h("li", {}, h("strong", {}, n(receipt.messages)), " messages"), h("li", {}, h("strong", {}, n(receipt.episodes)), " episodes"),
-        h("li", {}, h("strong", {}, n(receipt.summaries)), " summaries"), h("li", {}, h("strong", {}, receipt.vectors), " vectors"),
-        h("li", {}, h("strong", {}, n(receipt.collections)), " collections dropped"),
+        [["messages", "message"], ["episodes", "episode"], ["summaries", "summary"], ["collections", "collection"]]
+          .map(([key, word]) => h("li", {}, h("strong", {}, n(receipt[key])), " ", n(receipt[key]) === 1 ? word : key)),
+        h("li", {}, h("strong", {}, receipt.vectors), receipt.vectors === 1 ? " vector" : " vectors"),
         h("li", {}, h("strong", {}, n(receipt.repaired)), " rebuilt")),
       h("details", {}, h("summary", {}, "Full receipt"), h("pre", {}, JSON.stringify(receipt, null, 2))));
   }
@@ -354,7 +354,8 @@
         } }, "Delete"))));
     ctx.render("Lifecycle", heading,
       h("section", { class: "card" }, h("h2", {}, "Export"),
-        h("p", {}, "The whole group as JSON Lines, the format `epimem import` and POST /import read back."),
+        h("p", {}, "The whole group as JSON Lines, the format that ", h("code", {}, "epimem import"), " and ",
+          h("code", {}, "POST …/import"), " read back."),
         h("div", { class: "field check" }, embeddings, h("label", { for: "x-embeddings" }, "include the vectors")),
         h("button", { type: "button", id: "export", onclick: () => exportGroup(ctx, group, embeddings.checked, slot) }, "Download export")),
       slot,
