@@ -71,16 +71,15 @@ def _otlp_provider() -> Any:
 def setup_tracing(app: FastAPI, tracer_provider: Any = None) -> bool:
     """Trace ``app`` into ``tracer_provider``, or into an OTLP exporter when the ``OTEL_*``
     variables ask for one. Returns whether tracing is on."""
-    if tracer_provider is None:
-        if not tracing_requested():
-            return False
-        try:
-            tracer_provider = _otlp_provider()
-        except ImportError:
-            log.warning("OTEL_* asks for traces but epimem[otel] is not installed: no traces")
-            return False
-    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+    if tracer_provider is None and not tracing_requested():
+        return False
+    try:
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
+        tracer_provider = tracer_provider if tracer_provider is not None else _otlp_provider()
+    except ImportError:
+        log.warning("OTEL_* asks for traces but epimem[otel] is not installed: no traces")
+        return False
     FastAPIInstrumentor.instrument_app(
         app,
         tracer_provider=tracer_provider,

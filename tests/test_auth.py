@@ -51,6 +51,8 @@ def app_routes() -> list[tuple[str, str, str]]:
     app = create_app(settings=Settings(api_keys_file=None))
     found = []
     for route in flatten(app.routes):
+        if getattr(route, "path", None) == "/mcp":  # MCP's own key and group checks: tests/test_mcp.py
+            continue
         methods = sorted(getattr(route, "methods", None) or ["GET"])
         for method in methods:
             if method == "HEAD":

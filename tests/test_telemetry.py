@@ -3,6 +3,9 @@ from the SDK's in-memory exporter; no ids, keys or text in attributes; off by de
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -150,3 +153,24 @@ def test_scrub_url() -> None:
         "/v1/groups/{id}/sessions/{id}/episodes/{id}"
     )
     assert scrub_url("http://h:1/v1/groups/x/search") == "http://h:1/v1/groups/{id}/search"
+
+
+def test_without_the_extra_the_app_is_unchanged(tmp_path: Path) -> None:
+    """OTEL_* set but the extra's own packages (OTLP/HTTP exporter, FastAPI instrumentation) missing:
+    one warning, no tracing, the app works. (The API and SDK come with FastAPI and chromadb.)"""
+    code = (
+        "import sys\n"
+        "sys.modules[sys.argv[2]] = None\n"
+        "from api.app import create_app\n"
+        "from memory import tracing\n"
+        "from memory.settings import Settings\n"
+        "app = create_app(settings=Settings(data_dir=sys.argv[1]))\n"
+        "print(hasattr(app.state, 'tracer_provider'), tracing.enabled())\n"
+    )
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    for missing in ("opentelemetry.exporter.otlp.proto.http", "opentelemetry.instrumentation.fastapi"):
+        args = [sys.executable, "-c", code, str(tmp_path / missing), missing]
+        run = subprocess.run(args, capture_output=True, text=True, env=env)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert run.stdout.strip().splitlines()[-1] == "False False"
+        assert "epimem[otel] is not installed" in run.stderr
