@@ -31,6 +31,7 @@ from api.facade import Epimem
 from api.startup import AnnouncingServer, StartupError, banner, check_before_loading, check_data_dir, check_keys
 from memory.errors import EpimemError
 from memory.importers import read_jsonl, read_locomo
+from memory.lazy_embedding import LazyEmbedder
 from memory.settings import Settings
 from retrieval.types import ContextQuery, Direction, Order, SearchQuery
 
@@ -75,6 +76,8 @@ def _service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
         if settings.chroma_host is None:
             check_data_dir(settings.data_dir)
         service = Epimem.from_settings(settings, background=False, embedder=embedder)
+        if isinstance(service.embedder, LazyEmbedder):  # say what the wait is for, if the command needs the model
+            service.embedder.announce = lambda: err.print("loading the embedding model…", style="dim")
     except StartupError as error:
         _fail(str(error), 1)
     except EpimemError as error:  # e.g. the folder is held by a running server

@@ -45,6 +45,7 @@ class LazyEmbedder(SentenceTransformerEmbedder):
     ) -> None:
         # The parent's __init__ loads the model, which is exactly what is deferred here.
         self._load = load
+        self.announce: Callable[[], None] | None = None  # called once, right before the model loads
         self._loaded: SentenceTransformerEmbedder | None = None
         self._guard = threading.Lock()
         self.backend = backend
@@ -63,6 +64,8 @@ class LazyEmbedder(SentenceTransformerEmbedder):
         """The real embedder, loaded now if it was not yet."""
         with self._guard:
             if self._loaded is None:
+                if self.announce is not None:
+                    self.announce()
                 self._loaded = self._load()
             return self._loaded
 
@@ -99,6 +102,6 @@ class LazyEmbedder(SentenceTransformerEmbedder):
 
     def __getattr__(self, name: str) -> Any:
         # Anything else the loaded embedder offers (``_model`` in benchmarks, ``_onnx``...).
-        if name.startswith("__") or name in {"_load", "_loaded", "_guard"}:
+        if name.startswith("__") or name in {"_load", "_loaded", "_guard", "announce"}:
             raise AttributeError(name)
         return getattr(self.model(), name)

@@ -71,7 +71,7 @@ def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
     """tests/benchmarks/recall.py --quick: both datasets through the service, baselines, search recall@k."""
     if not locomo.LOCOMO.exists() or not REALTALK.is_dir():
         pytest.skip(f"benchmark data not found next to the checkout ({locomo.LOCOMO.parent})")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "EPIMEM_LOCOMO": str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", benchmark_data.ENV: str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
     command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--data-dir", str(tmp_path / "data")]
     root = Path(__file__).parents[1]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=root)

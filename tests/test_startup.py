@@ -61,6 +61,7 @@ def test_serve_refuses_a_bad_data_folder_or_key_file_in_one_line(tmp_path: Path)
     a_file = tmp_path / "not-a-folder"
     a_file.write_text("x")
     one_plain_line(epimem("serve", "--data-dir", str(a_file), "--port", str(free_port())), 2, "is a file")
+    one_plain_line(epimem("stats", "--data-dir", str(a_file)), 1, "is a file")  # the other commands too
     missing_keys = tmp_path / "keys.json"
     result = epimem("serve", "--data-dir", str(tmp_path / "d"), EPIMEM_API_KEYS_FILE=str(missing_keys))
     one_plain_line(result, 2, "does not exist")
@@ -169,19 +170,26 @@ def test_commands_that_need_no_model_do_not_load_it(tmp_path: Path, embedder: Se
     service.flush("team", "chat")
     service.close()
 
-    started = time.monotonic()
-    imported = subprocess.run([sys.executable, "-c", "import api.cli"], env=env(), capture_output=True)
-    floor = time.monotonic() - started  # interpreter start and imports alone, on this machine now
-    assert imported.returncode == 0
-    for command in (["stats"], ["export", "team"], ["timeline", "team"]):
+    def floor() -> float:  # interpreter start and the CLI's imports alone, on this machine now
         started = time.monotonic()
-        result = epimem(*command, "--data-dir", str(data))
-        elapsed = time.monotonic() - started
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert WEIGHTS not in result.stderr, command
-        assert elapsed <= max(2.0, 1.5 * floor + 0.5), (command, elapsed, floor)
+        imported = subprocess.run([sys.executable, "-c", "import api.cli"], env=env(), capture_output=True)
+        assert imported.returncode == 0
+        return time.monotonic() - started
+
+    for command in (["stats"], ["export", "team"], ["timeline", "team"]):
+        timings = []
+        for _ in range(2):  # the better of two runs each, against the floor measured beside it: load is noisy
+            base = floor()
+            started = time.monotonic()
+            result = epimem(*command, "--data-dir", str(data))
+            timings.append((time.monotonic() - started, base))
+            assert result.returncode == 0, result.stderr[-2000:]
+            assert WEIGHTS not in result.stderr and "loading the embedding model" not in result.stderr, command
+        elapsed, base = min(timings)
+        assert elapsed <= max(2.0, 1.5 * base + 1.0), (command, timings)
     searched = epimem("search", "team", "dog", "--data-dir", str(data), "--json")
     assert searched.returncode == 0 and "Rex" in searched.stdout  # the model loads when a query is embedded
+    assert "loading the embedding model" in searched.stderr  # and says so
 
 
 def test_lazy_embedder_knows_the_model_id_without_loading(embedder: SentenceTransformerEmbedder) -> None:
