@@ -85,3 +85,13 @@ def full_history(memory: Memory, group_id: str, session_id: str, page: int = 100
         messages.extend(batch)
         if len(batch) < page:
             return messages
+
+
+def add_new(memory: Memory, group_id: str, session_id: str, batch: list[dict[str, Any]]) -> None:
+    """Add the messages whose ids the session does not hold yet. A framework resends messages
+    without timestamps, which the server would stamp anew: skipping known ids keeps re-adding a
+    no-op on any server version."""
+    known = {message.id for message in full_history(memory, group_id, session_id)}
+    fresh = [entry for entry in batch if entry["id"] not in known]
+    if fresh:
+        memory.add_messages(group_id, session_id, fresh)

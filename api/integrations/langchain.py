@@ -28,6 +28,7 @@ from pydantic import ConfigDict, Field
 
 from api.integrations._common import (
     Memory,
+    add_new,
     citation_metadata,
     context_pieces,
     full_history,
@@ -126,8 +127,7 @@ class EpimemChatMessageHistory(BaseChatMessageHistory):
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         batch = [to_epimem(message, self.session_id, i) for i, message in enumerate(messages)]
-        if batch:
-            self.memory.add_messages(self.group_id, self.session_id, batch)
+        add_new(self.memory, self.group_id, self.session_id, batch)
 
     def clear(self) -> None:
         try:

@@ -29,6 +29,7 @@ from pydantic import Field
 
 from api.integrations._common import (
     Memory,
+    add_new,
     citation_metadata,
     context_pieces,
     hit_metadata,
@@ -131,6 +132,6 @@ class EpimemMemoryBlock(BaseMemoryBlock[str]):
             await asyncio.to_thread(self._store, session, batch)
 
     def _store(self, session: str, batch: list[dict[str, Any]]) -> None:
-        self.memory.add_messages(self.group_id, session, batch)
+        add_new(self.memory, self.group_id, session, batch)
         if self.flush:
             self.memory.flush(self.group_id, session)
