@@ -2,11 +2,15 @@
 
 Key file (``EPIMEM_API_KEYS_FILE``)::
 
-    {"keys": [{"key": "…", "groups": ["team-a", "proj-*"], "role": "read" | "write" | "admin"}]}
+    {"keys": [{"key": "…", "groups": ["team-a", "proj-*"], "role": "read" | "write" | "admin",
+               "expires": "2027-01-01T00:00:00Z"}]}
 
 A group pattern is an exact group id, or a prefix followed by ``*`` (``*`` alone = every group).
-Roles are ordered: admin can do what write can, write what read can. With no key file the service
-runs in local mode (no keys checked; ``epimem serve`` then binds to 127.0.0.1 only).
+Roles are ordered: admin can do what write can, write what read can. ``expires`` (optional, ISO
+time; naive = UTC): from then on the key is refused with 401. Unknown fields and a secret listed
+twice make the file invalid (the service does not start). Server-wide routes (``/metrics``) need an
+admin key for ``*``. With no key file the service runs in local mode: no keys checked, and
+api.middleware serves only loopback clients, loopback ``Host`` names and loopback (or no) ``Origin``.
 
 Authorization is checked before anything touches the store, from the raw path, so a 403 looks the
 same whether or not the group exists. Keys are compared with ``hmac.compare_digest`` and never logged.
@@ -16,14 +20,18 @@ from __future__ import annotations
 
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from enum import IntEnum
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import Request
 
 from memory.errors import ForbiddenError, InvalidInputError, UnauthorizedError
+from memory.models import UtcDatetime
+from memory.timeutil import utc_now
 
 
 class Role(IntEnum):
@@ -33,9 +41,12 @@ class Role(IntEnum):
 
 
 class KeyEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     key: str = Field(min_length=16, description="the secret; at least 16 characters")
     groups: list[str] = Field(min_length=1)
     role: str
+    expires: UtcDatetime | None = Field(default=None, description="refused from this time on (ISO; naive = UTC)")
 
     @field_validator("role")
     @classmethod
@@ -54,7 +65,19 @@ class KeyEntry(BaseModel):
 
 
 class KeyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     keys: list[KeyEntry]
+
+    @field_validator("keys")
+    @classmethod
+    def _distinct(cls, value: list[KeyEntry]) -> list[KeyEntry]:
+        first: dict[str, int] = {}
+        for index, entry in enumerate(value):
+            if entry.key in first:  # never quote the secret
+                raise ValueError(f"entries {first[entry.key]} and {index} hold the same key")
+            first[entry.key] = index
+        return value
 
 
 @dataclass(frozen=True)
@@ -62,6 +85,11 @@ class ApiKey:
     secret: bytes
     groups: tuple[str, ...]
     role: Role
+    expires: datetime | None = None
+
+    @property
+    def every_group(self) -> bool:
+        return "*" in self.groups
 
     def covers(self, group_id: str) -> bool:
         return any(
@@ -93,9 +121,9 @@ class KeyRing:
             parsed = KeyFile.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError, ValidationError) as error:
             # Never echo the file: it holds secrets. pydantic's message may quote input, so only locations.
-            where = [".".join(map(str, e["loc"])) for e in error.errors()] if isinstance(error, ValidationError) else []
+            where = _error_places(error) if isinstance(error, ValidationError) else []
             raise InvalidInputError(f"cannot read the API key file {path}: {type(error).__name__} {where}") from None
-        return cls([ApiKey(e.key.encode(), tuple(e.groups), Role[e.role.upper()]) for e in parsed.keys])
+        return cls([ApiKey(e.key.encode(), tuple(e.groups), Role[e.role.upper()], e.expires) for e in parsed.keys])
 
     @property
     def enabled(self) -> bool:
@@ -109,22 +137,42 @@ class KeyRing:
                 found = key
         return found
 
-    def authorize(self, request: Request, role: Role) -> Principal:
-        """Raise 401/403 or return the principal. Reads ``group_id`` from the raw path parameters."""
-        if not self.enabled:
-            return Principal(None)
-        header = request.headers.get("authorization", "")
+    def authenticate(self, headers: Mapping[str, str]) -> ApiKey:
+        """The caller's key from ``Authorization: Bearer``; 401 when missing, unknown or expired."""
+        header = headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise UnauthorizedError("missing API key: send 'Authorization: Bearer <key>'")
         key = self.find(token.strip())
         if key is None:
             raise UnauthorizedError("unknown API key")
+        if key.expires is not None and utc_now() >= key.expires:
+            raise UnauthorizedError("this API key has expired")
+        return key
+
+    def authorize(self, request: Request, role: Role, *, server_wide: bool = False) -> Principal:
+        """Raise 401/403 or return the principal. Reads ``group_id`` from the raw path parameters;
+        ``server_wide`` routes (about every group) need a key for ``*``."""
+        if not self.enabled:
+            return Principal(None)
+        key = self.authenticate(request.headers)
         group_id = request.path_params.get("group_id")
         if group_id is not None and not key.covers(str(group_id)):
             raise ForbiddenError("this key may not access this group")
+        if server_wide and not key.every_group:
+            raise ForbiddenError("this shows every group's figures: it needs a key for every group ('*')")
         if key.role < role:
             raise ForbiddenError(
                 f"this key's role ({key.role.name.lower()}) may not do this; needs {role.name.lower()}"
             )
         return Principal(key)
+
+
+def _error_places(error: ValidationError) -> list[str]:
+    """Where a key file is wrong, and pydantic's message when it quotes no input (never a secret)."""
+    places = []
+    for item in error.errors():
+        where = ".".join(map(str, item["loc"]))
+        reason = str(item.get("msg", "")) if item.get("type") in ("extra_forbidden", "value_error") else ""
+        places.append(f"{where}: {reason}" if reason else where)
+    return places

@@ -97,6 +97,13 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
     return error_response(error.status_code, code, str(error.detail), None, headers)
 
 
+async def _out_of_range(request: Request, error: Exception) -> JSONResponse:
+    # Date arithmetic on input near year 1 or 9999 (e.g. "30 days before 0001-01-05"): the input's fault.
+    return error_response(
+        422, "invalid_input", "a date (or number) in the request reaches outside the range epimem can represent"
+    )
+
+
 async def _unexpected_error(request: Request, error: Exception) -> JSONResponse:
     log.exception("unexpected error while handling a request")
     return error_response(500, "internal_error", "internal error; see the server log with this request id")
@@ -107,6 +114,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _request_validation_error)
     app.add_exception_handler(ValidationError, _model_validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OverflowError, _out_of_range)
     app.add_exception_handler(Exception, _unexpected_error)
 
 
@@ -114,10 +122,12 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for the given error statuses, all with the one error body."""
     descriptions = {
         401: "missing or unknown API key",
-        403: "the key may not do this in this group (says nothing about whether the group exists)",
+        403: "the key may not do this in this group (says nothing about whether the group exists); "
+        "in local mode: a client, Host or Origin that is not this machine",
         404: "not found",
         409: "conflict (e.g. a message id already stored with other content)",
         413: "request body too large",
+        415: "a request that changes state takes JSON (application/json, or application/x-ndjson to import)",
         422: "invalid input",
         503: "the vector store is unavailable; retry after `Retry-After` seconds",
     }

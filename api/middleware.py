@@ -1,5 +1,8 @@
-"""One pure-ASGI middleware for what every request needs: a request id (``X-Request-ID`` in and
-out), the body size limit, metrics per route template and one structured access-log line."""
+"""One pure-ASGI middleware for what every request (on every path: /v1, /mcp, /ui, ...) needs: a
+request id (``X-Request-ID`` in and out, also on a 500, and on its log line), the guards of
+api.guards (local mode: loopback client, ``Host`` and ``Origin``; body content types; the API key
+checked before the body is read), the body size limit, metrics per route template and one
+structured access-log line."""
 
 from __future__ import annotations
 
@@ -7,13 +10,17 @@ import logging
 import time
 
 from starlette.datastructures import Headers, MutableHeaders
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api.auth import KeyRing
 from api.errors import error_response
+from api.guards import refusal
 from api.logs import request_id_from, request_id_var
 from api.metrics import Metrics
 
 access_log = logging.getLogger("epimem.access")
+log = logging.getLogger("epimem.api")
 
 
 class _TooLarge(Exception):
@@ -21,12 +28,16 @@ class _TooLarge(Exception):
 
 
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, keys: KeyRing | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.keys = keys if keys is not None else KeyRing([])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and refusal(scope, Headers(scope=scope), self.keys) is not None:
+            await send({"type": "websocket.close", "code": 1008})  # before accept: the handshake gets 403
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -44,6 +55,10 @@ class RequestMiddleware:
             await send(message)
 
         try:
+            refused = refusal(scope, headers, self.keys)
+            if refused is not None:
+                await refused(scope, receive, send_with_id)
+                return
             try:
                 replay = await self._read_body(headers, receive)
             except _TooLarge:
@@ -55,7 +70,7 @@ class RequestMiddleware:
                 )
                 await response(scope, receive, send_with_id)
                 return
-            await self.app(scope, replay, send_with_id)
+            await self._call(scope, replay, send_with_id, request_id)
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
@@ -75,6 +90,27 @@ class RequestMiddleware:
                 },
             )
             request_id_var.reset(token)
+
+    async def _call(self, scope: Scope, receive: Receive, send: Send, request_id: str) -> None:
+        """The app; an error nothing else handled becomes a 500 that carries the request id, and its
+        traceback is logged with that id (Starlette's own 500 would answer outside this middleware)."""
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            log.exception("unexpected error while handling a request", extra={"request_id": request_id})
+            if started:  # the answer is half sent: the connection can only be closed
+                raise
+            response: Response = error_response(
+                500, "internal_error", f"internal error; see the server log for request id {request_id}"
+            )
+            await response(scope, receive, send)
 
     async def _read_body(self, headers: Headers, receive: Receive) -> Receive:
         """Read the whole body up to the limit (Content-Length is checked but not trusted), then

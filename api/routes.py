@@ -65,12 +65,12 @@ ServiceDep = Annotated[Epimem, Depends(get_service)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
-def _authorizer(role: Role) -> Any:
+def _authorizer(role: Role, *, server_wide: bool = False) -> Any:
     def authorize(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
     ) -> Principal:
         # Runs before path/body validation and before any store access, from the raw path.
-        principal: Principal = request.app.state.keys.authorize(request, role)
+        principal: Principal = request.app.state.keys.authorize(request, role, server_wide=server_wide)
         return principal
 
     return Depends(authorize)
@@ -79,8 +79,9 @@ def _authorizer(role: Role) -> Any:
 READ = _authorizer(Role.READ)
 WRITE = _authorizer(Role.WRITE)
 ADMIN = _authorizer(Role.ADMIN)
+SERVER_ADMIN = _authorizer(Role.ADMIN, server_wide=True)  # figures of every group: a key for '*'
 
-v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 422, 503))
+v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 503))
 ops = APIRouter(tags=["operations"])
 
 GROUP = "/groups/{group_id}"
@@ -131,9 +132,9 @@ def history(
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
 ) -> HistoryOut:
     """The session's messages in event-time order, paged by offset."""
-    messages = service.history(group_id, session_id, limit=limit + 1, offset=offset)
-    more = len(messages) > limit
-    return HistoryOut(messages=messages[:limit], next_offset=offset + limit if more else None)
+    messages = service.history(group_id, session_id, limit=limit, offset=offset)
+    more = len(messages) == limit and bool(service.history(group_id, session_id, limit=1, offset=offset + limit))
+    return HistoryOut(messages=messages, next_offset=offset + limit if more else None)
 
 
 @v1.delete(
@@ -181,11 +182,14 @@ def get_episode(
     tags=["episodes"],
     dependencies=[ADMIN],
     responses=error_responses(404),
-    summary="Delete one episode (its messages stay)",
+    summary="Delete one episode and the messages it was made of (a summary: only the summary)",
 )
 def delete_episode(
     group_id: GroupId, session_id: SessionId, episode_id: EpisodeIdPath, service: ServiceDep
 ) -> DeletionOut:
+    """An episode goes with the messages it was made of (log and vectors); summaries citing it are
+    rebuilt from what remains. A summary goes alone: its sources stay and lose their mark. On
+    embedded Chroma the bytes are erased from the data folder before the answer (docs/trust.md)."""
     return _deletion(service.delete_episode(group_id, session_id, episode_id))
 
 
@@ -380,10 +384,10 @@ def readyz(request: Request, service: ServiceDep) -> Readiness:
 
 @ops.get(
     "/metrics",
-    dependencies=[ADMIN],
+    dependencies=[SERVER_ADMIN],
     response_class=Response,
     responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}, "description": "Prometheus"}},
-    summary="Prometheus metrics (admin key when keys are configured)",
+    summary="Prometheus metrics of the whole server (an admin key for every group, '*', when keys are configured)",
 )
 def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path, Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from memory.models import (
     MAX_ID_LENGTH,
@@ -18,6 +18,7 @@ from memory.models import (
     UtcDatetime,
     check_message_id,
     check_scope_id,
+    has_lone_surrogate,
 )
 from retrieval.types import SearchHit
 
@@ -113,7 +114,18 @@ class DeletionOut(BaseModel):
     caches: list[str] = Field(default_factory=list, description="in-memory caches cleared")
 
 
-class SessionInfoIn(BaseModel):
+class _UnicodeIn(BaseModel):
+    """A request body whose text must be valid Unicode (no lone surrogates such as "\\udc00")."""
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        if has_lone_surrogate(value):
+            raise ValueError("text must be valid Unicode: it holds a lone surrogate such as \\udc00")
+        return value
+
+
+class SessionInfoIn(_UnicodeIn):
     """SessionInfo without its ids (they come from the path)."""
 
     model_config = ConfigDict(
@@ -127,7 +139,7 @@ class SessionInfoIn(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class GroupConfigurationIn(BaseModel):
+class GroupConfigurationIn(_UnicodeIn):
     """GroupConfiguration without its id (it comes from the path)."""
 
     model_config = ConfigDict(
@@ -154,7 +166,7 @@ class HistoryOut(BaseModel):
     next_offset: int | None = Field(description="offset of the next page; null on the last page")
 
 
-class SummariesIn(BaseModel):
+class SummariesIn(_UnicodeIn):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"days_back": 7}]})
 
     days_back: float = Field(default=7, gt=0, le=36_600, description="summarise the episodes of this many days")

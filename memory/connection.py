@@ -31,6 +31,7 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings as ChromaSettings
 
+from memory.erasure import ErasureReport, erase, zero_all_index_slack
 from memory.errors import StoreUnavailableError
 from memory.folder_lock import lock_folder
 
@@ -89,8 +90,10 @@ class ChromaConnection:
         stop: Callable[[], None] | None = None,
         recycle_after: int = 0,
         max_open: int = 256,
+        path: Path | None = None,
     ) -> None:
         self._start = start
+        self.path = path if stop is not None else None  # the embedded folder; None with a server
         self._stop = stop
         self.recycle_after = recycle_after if stop is not None else 0
         self._max_open = max_open
@@ -133,6 +136,19 @@ class ChromaConnection:
             self.restarts += 1
             _return_freed_memory()
         return True
+
+    def erase(self, names: Iterable[str] = ()) -> ErasureReport | None:
+        """Alone on the embedded engine: rebuild the named collections that exist, stop the engine,
+        scrub its folder (memory.erasure), start it again. None with a Chroma server."""
+        if self._stop is None or self.path is None:
+            return None
+        with self._gate.exclusive():
+            with self._lock:
+                self._handles.clear()
+                self._touched.clear()
+            self.client, report = erase(self.client, self.path, stop=self._stop, start=self._start, names=names)
+            self.restarts += 1
+        return report
 
     def handle(self, name: str, opener: Callable[[ClientAPI], Collection | None]) -> Collection | None:
         """The cached handle of a collection, or ``opener(client)``'s (cached if not None)."""
@@ -193,6 +209,7 @@ def open_connection(
                 stop=lambda: _stop_embedded(str(path)),
                 recycle_after=recycle_after,
                 max_open=max_open,
+                path=path,
             )
             _EMBEDDED[str(path)] = connection
         else:  # the folder is already open in this process: the tighter bounds win
@@ -231,3 +248,4 @@ def _stop_embedded(path: str) -> None:
     SharedSystemClient._identifier_to_refcount.pop(path, None)
     if system is not None:
         system.stop()
+        zero_all_index_slack(Path(path))  # what the engine wrote from uninitialised buffers

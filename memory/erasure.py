@@ -168,6 +168,16 @@ def scrub_stopped(folder: Path) -> tuple[int, list[str]]:
     return rows, removed
 
 
+def zero_all_index_slack(folder: Path) -> int:
+    """Zero the unused capacity of every saved vector index of a folder whose engine has stopped (an
+    index saved by a running process may carry stale memory, even deleted text, into it)."""
+    done = 0
+    for child in Path(folder).iterdir() if Path(folder).is_dir() else ():
+        if child.is_dir() and _UUID.match(child.name):
+            done += zero_index_slack(child)
+    return done
+
+
 _HEADER = struct.Struct("<iQQQQ")  # version, offsetLevel0, max_elements, cur_element_count, size_data_per_element
 
 

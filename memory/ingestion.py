@@ -332,13 +332,15 @@ class Ingestor:
 
 
 def _same_message(a: Message, b: Message) -> bool:
-    return (a.content, a.role, a.timestamp, a.producer_id, a.produced_for_id) == (
+    """Whether ``b`` (arriving) repeats ``a`` (stored). A message sent without a timestamp is stamped
+    by the server on arrival, so a retry of it compares everything but the timestamp."""
+    stamped = "timestamp" not in b.model_fields_set
+    return (a.content, a.role, a.producer_id, a.produced_for_id) == (
         b.content,
         b.role,
-        b.timestamp,
         b.producer_id,
         b.produced_for_id,
-    )
+    ) and (stamped or a.timestamp == b.timestamp)
 
 
 def _resumed_plans(

@@ -35,14 +35,18 @@ from memory.generation import EpisodeGenerator
 from memory.ingestion import episode_embedding_text, message_embedding_text
 from memory.models import Episode, Message, Segment
 from memory.store import (
+    REGISTRY,
     ChromaStore,
     DeletionReceipt,
     VectorRecord,
     episode_from_record,
     episode_metadata,
+    index_name,
+    log_name,
     message_record_id,
+    partition_name,
 )
-from memory.summaries import Summariser
+from memory.summaries import GROUP_SUMMARY_SESSION, Summariser
 
 log = logging.getLogger("epimem.lifecycle")
 
@@ -135,6 +139,7 @@ class Lifecycle:
                 receipt.episodes.append(episode.uuid)
             changed.add(episode.uuid)
         receipt.merge(self._repair_summaries(group_id, changed))
+        self.erase(group_id, [session_id])
         return receipt
 
     def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
@@ -147,6 +152,7 @@ class Lifecycle:
             self._summariser.unmark(group_id, episode)
             receipt = self._store.delete_vectors(group_id, session_id, [episode_id])
             receipt.summaries.append(episode_id)
+            self.erase(group_id, [session_id])
             return receipt
         receipt = self._store.delete_vectors(group_id, session_id, [episode_id])
         receipt.episodes.append(episode_id)
@@ -154,6 +160,7 @@ class Lifecycle:
         receipt.merge(self._store.delete_messages(group_id, session_id, list(stored)))
         receipt.messages += list(stored)
         receipt.merge(self._repair_summaries(group_id, {episode_id}))
+        self.erase(group_id, [session_id])
         return receipt
 
     def _session_episodes(self, group_id: str, session_id: str) -> list[Episode]:
@@ -207,13 +214,22 @@ class Lifecycle:
 
     def purge_lease_residue(self, group_id: str, session_ids: Sequence[str], *, group_deleted: bool) -> None:
         """Released formation leases of deleted sessions name them; remove those records (and a log
-        that a lease release re-created for a deleted group)."""
+        that a lease release re-created for a deleted group); then erase what the delete left on disk."""
         for session_id in session_ids:
             released = [int(m["epoch"]) for m in self._store.lease_records(group_id, session_id) if m.get("released")]
             if released:
                 self._store.delete_leases(group_id, session_id, released)
         if group_deleted:
             self._store.drop_log_if_empty(group_id)
+        self.erase(group_id, session_ids, group_deleted=group_deleted)
+
+    def erase(self, group_id: str, session_ids: Sequence[str], *, group_deleted: bool = False) -> None:
+        """Erase the bytes a delete left in an embedded folder (memory.erasure): the collections of the
+        group that had records deleted or rewritten are rebuilt, the folder scrubbed. Nothing with a
+        Chroma server (``epimem erase-residue`` cleans a stopped server's folder)."""
+        names = [REGISTRY] if group_deleted else [index_name(group_id), log_name(group_id)]
+        names += [partition_name(group_id, s) for s in [*session_ids, GROUP_SUMMARY_SESSION]]
+        self._store.connection.erase(names)
 
     # -- model change -----------------------------------------------------------------------------------
 

@@ -39,8 +39,31 @@ ScopeId = Annotated[str, BeforeValidator(lambda v: check_scope_id(v) if isinstan
 MessageId = Annotated[str, BeforeValidator(lambda v: check_message_id(v) if isinstance(v, str) else v)]
 
 
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether text (or any key, value or item inside dicts, lists and tuples) holds a lone surrogate
+    ("\\udc00" in JSON): not Unicode text, and no store or export can encode it."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(has_lone_surrogate(item) for item in value)
+    return False
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        if has_lone_surrogate(value):
+            raise ValueError("text must be valid Unicode: it holds a lone surrogate such as \\udc00")
+        return value
 
 
 class Role(StrEnum):

@@ -11,6 +11,11 @@ from memory.errors import InvalidInputError
 
 # Epoch numbers above this are read as milliseconds (year 2286 in seconds).
 _MILLISECONDS_THRESHOLD = 10_000_000_000
+# Accepted timestamps leave a day to the ends of what datetime can hold (years 1 and 9999), so that a
+# timezone conversion or "the day after" of an accepted time never overflows.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, 23, 59, 59, 999999, tzinfo=UTC)
+_RANGE = "timestamps must lie between 0001-01-02 and 9999-12-30 (UTC)"
 
 
 def utc_now() -> datetime:
@@ -18,17 +23,32 @@ def utc_now() -> datetime:
 
 
 def to_utc(value: datetime) -> datetime:
-    """Naive datetimes are taken as UTC; aware ones are converted to UTC."""
+    """Naive datetimes are taken as UTC; aware ones are converted to UTC (InvalidInputError when the
+    converted time falls outside what datetime can hold, e.g. 0001-01-01T00:00+01:00)."""
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as error:
+        raise InvalidInputError(f"timestamp out of range: {_RANGE}") from error
+
+
+def _in_range(value: datetime) -> datetime:
+    if not EARLIEST <= value <= LATEST:
+        raise InvalidInputError(f"timestamp out of range ({value.isoformat()}): {_RANGE}")
+    return value
 
 
 def parse_timestamp(value: object) -> datetime:
     """Parse a timestamp given as datetime, epoch seconds/milliseconds or text in any common format.
 
-    Raises InvalidInputError with a message that names the value when it cannot be read.
+    Raises InvalidInputError with a message that names the value when it cannot be read or lies
+    outside ``EARLIEST``..``LATEST``.
     """
+    return _in_range(_parse(value))
+
+
+def _parse(value: object) -> datetime:
     if isinstance(value, datetime):
         return to_utc(value)
     if isinstance(value, bool):
@@ -49,12 +69,15 @@ def parse_timestamp(value: object) -> datetime:
             raise InvalidInputError(f"cannot read timestamp {value[:100]!r}")
         try:
             return to_utc(datetime.fromisoformat(text.replace("Z", "+00:00")))
+        except InvalidInputError:
+            raise
         except ValueError:
             pass
         try:
-            return to_utc(date_parser.parse(text, fuzzy=False))
+            parsed = date_parser.parse(text, fuzzy=False)
         except (ValueError, OverflowError) as error:
             raise InvalidInputError(f"cannot read timestamp {text!r}") from error
+        return to_utc(parsed)
     raise InvalidInputError(f"timestamp must be a string, number or datetime, not {type(value).__name__}")
 
 

@@ -42,6 +42,7 @@ from memory.store import (
     message_record_id,
     message_vector_metadata,
 )
+from memory.summaries import GROUP_SUMMARY_SESSION
 from memory.timeutil import utc_now
 
 FORMAT = "epimem-export"
@@ -138,6 +139,7 @@ def read_export(lines: Iterable[str]) -> ExportContents:
     header: dict[str, Any] | None = None
     parsed = ExportContents({}, None, [], [], [])
     end: dict[str, Any] | None = None
+    places: dict[int, int] = {}  # id() of a parsed record -> its line number
     number = 0
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -161,14 +163,17 @@ def read_export(lines: Iterable[str]) -> ExportContents:
             elif kind == "group":
                 parsed.config = GroupConfiguration.model_validate(item["config"])
             elif kind == "session":
-                parsed.sessions.append(SessionInfo.model_validate(item["session"]))
+                parsed.sessions.append(_not_reserved(SessionInfo.model_validate(item["session"]), number))
             elif kind == "message":
-                parsed.messages.append(StoredMessage.model_validate(item["record"]))
+                parsed.messages.append(_not_reserved(StoredMessage.model_validate(item["record"]), number))
             elif kind in ("episode", "summary"):
                 episode = Episode.model_validate(item["episode"])
                 if episode.episode_type.value != kind:
                     raise InvalidInputError(f"line {number}: a {kind} line holds a {episode.episode_type.value}")
+                if kind == "episode":
+                    _not_reserved(episode, number)
                 parsed.vectors.append((kind, episode, _embedding(item, number)))
+                places[id(episode)] = number
             elif kind == "message_vector":
                 ref = (check_scope_id(str(item["session_id"])), str(item["message_id"]))
                 parsed.vectors.append((kind, ref, _embedding(item, number)))
@@ -193,8 +198,34 @@ def read_export(lines: Iterable[str]) -> ExportContents:
     }
     if end.get("counts") != found:
         raise InvalidInputError("the file does not hold what its end record counts", details={"found": found})
+    _check_citations(parsed, places)
     parsed.header = header
     return parsed
+
+
+def _not_reserved(record: Any, number: int) -> Any:
+    """Only summaries live in the reserved group-summaries session."""
+    if record.session_id == GROUP_SUMMARY_SESSION:
+        raise InvalidInputError(
+            f"line {number}: session {GROUP_SUMMARY_SESSION!r} is reserved for group summaries",
+            details={"line": number},
+        )
+    return record
+
+
+def _check_citations(parsed: ExportContents, places: dict[int, int]) -> None:
+    """Every message an episode cites must be a message of the file."""
+    messages = {(m.session_id, m.message.id) for m in parsed.messages}
+    for kind, record, _ in parsed.vectors:
+        if kind != "episode" or not isinstance(record, Episode):
+            continue
+        missing = [m for m in record.source_message_ids if (record.session_id, m) not in messages]
+        if missing:
+            line = places[id(record)]
+            raise InvalidInputError(
+                f"line {line}: episode {record.uuid} cites messages the file does not hold",
+                details={"line": line, "message_ids": missing[:20]},
+            )
 
 
 def _embedding(item: dict[str, Any], number: int) -> list[float] | None:

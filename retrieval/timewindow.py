@@ -115,16 +115,22 @@ def _unit_window(now: datetime, unit: str, offset: int) -> tuple[datetime, datet
 def parse_time_window(text: str, *, reference: datetime | None = None, timezone: str = "UTC") -> TimeWindow:
     """Resolve a natural-language window. Raises InvalidInputError for text it cannot read."""
     tz = zone(timezone)
-    now = (reference or datetime.now(UTC)).astimezone(tz)
     phrase = " ".join(text.lower().replace(",", " ").split())
     phrase = re.sub(r"^(in|during|on|from|over|within|for)\s+(the\s+)?", "", phrase)
-    window = _parse(phrase, now, tz)
-    if window is None:
+    try:
+        now = (reference or datetime.now(UTC)).astimezone(tz)
+        window = _parse(phrase, now, tz)
+        resolved = _utc_window(*window) if window is not None else None
+    except (OverflowError, ValueError) as error:  # past year 1 or 9999 (datetime's range)
+        raise InvalidInputError(
+            f"the time window {text!r} reaches outside the years 1 to 9999 that epimem can represent"
+        ) from error
+    if resolved is None:
         raise InvalidInputError(
             f"cannot read the time window {text!r}; try 'yesterday', 'last week', '3 days ago', "
             "'past 2 weeks', 'in March 2023', '2023' or an ISO date"
         )
-    return _utc_window(*window)
+    return resolved
 
 
 def _utc_window(start: datetime | None, end: datetime | None) -> TimeWindow:
@@ -229,7 +235,10 @@ def time_mentions(text: str, *, reference: datetime | None = None, timezone: str
     ``reference``, default now, in ``timezone``); an impossible date ("31 February 2023") is read as the
     month it names."""
     tz = zone(timezone)
-    now = (reference or datetime.now(UTC)).astimezone(tz)
+    try:
+        now = (reference or datetime.now(UTC)).astimezone(tz)
+    except OverflowError:  # a reference at the end of datetime's range: no time is read
+        return []
     folded = text.casefold()
     taken: list[tuple[int, int]] = []
     found: list[TimeMention] = []
@@ -243,11 +252,16 @@ def time_mentions(text: str, *, reference: datetime | None = None, timezone: str
                 continue
             phrase = re.sub(rf"(\d){_ORDINAL}\b", r"\1", match.group(0))
             phrase = " ".join(re.sub(r"\bof\b|[.,]", " ", phrase).split())
-            window = _parse(phrase, now, tz)
-            if window is None:
+            try:
+                window = _parse(phrase, now, tz)
+                resolved = _utc_window(*window) if window is not None else None
+            except (OverflowError, ValueError):  # a time past year 9999 (or before 1) is simply not used
+                taken.append(match.span())
+                continue
+            if resolved is None:
                 continue
             taken.append(match.span())
-            found.append(TimeMention(phrase=match.group(0), window=_utc_window(*window), timezone=timezone))
+            found.append(TimeMention(phrase=match.group(0), window=resolved, timezone=timezone))
     for match in _BARE_MONTH.finditer(folded):
         if free(match.span()):
             name = match.group(1) or match.group(2)

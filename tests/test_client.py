@@ -209,7 +209,7 @@ def test_body_limit_on_a_real_socket(
                 sock.shutdown(socket.SHUT_WR)
                 return b"".join(iter(lambda: sock.recv(65536), b""))
 
-        head = b"POST /v1/groups/g/sessions/s/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head = b"POST /v1/groups/g/sessions/s/messages HTTP/1.1\r\nHost: [::1]\r\nContent-Type: application/json\r\n"
         # Chunked, no Content-Length: counted while read.
         chunk = b"x" * 1000
         chunked = head + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
