@@ -434,6 +434,20 @@ def test_lifecycle_deletes_with_confirmation_and_receipts_and_exports(local: Ser
     page.locator("#receipt h2", has_text="Deleted episode").wait_for()
 
 
+def test_long_session_lists_page(local: Server, open_page: Callable) -> None:
+    service = local.server.config.app.state.service
+    for n in range(23):
+        service.add_messages("many", f"s{n:02d}", [{"id": "m", "content": f"Session {n} opens.", "producer_id": "Ana"}])
+    page, _ = open_page(local.url + "/ui/#/g/many")
+    rows = page.locator("tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 20 and page.get_by_role("button", name="← Previous").is_disabled()
+    page.get_by_role("button", name="Next →").click()
+    page.wait_for_function("document.querySelectorAll('tbody tr').length === 3")
+    assert page.locator("tbody tr th").first.inner_text() == "s20"
+    assert page.get_by_role("button", name="Next →").is_disabled()
+
+
 def test_narrow_width_has_no_sideways_scrolling(local: Server, open_page: Callable) -> None:
     page, _ = open_page(local.url + "/ui/#/g/demo/timeline", viewport={"width": 390, "height": 844})
     page.wait_for_selector("body[data-timeline-ready]")

@@ -120,10 +120,11 @@
       pager(offset, page.next_offset, (next) => groupsView(ctx, next).catch(showError)));
   }
 
-  async function sessionsView(ctx, group) {
+  async function sessionsView(ctx, group, offset = 0) {
     const render = ctx.render;
     tabs(group);
-    const data = await overview(group, true);
+    const data = await api.get(g(group) + "/overview", { limit: PAGE, offset });
+    state.overview.delete(group);  // counts may have changed: other views read them afresh
     const totals = data.group;
     const heading = h("div", { class: "heading" }, h("h1", {}, group),
       totals.description ? h("p", {}, totals.description) : null,
@@ -149,7 +150,7 @@
     });
     render(group, heading,
       table("Sessions of " + group, ["Session", "Messages", "Episodes", "First", "Last", "People", "Metadata"], rows),
-      data.next_offset !== null ? h("p", { class: "muted" }, "Showing the first 500 sessions.") : null);
+      pager(offset, data.next_offset, (next) => sessionsView(ctx, group, next).catch(showError)));
   }
 
   const shared = { state, route, overview, canDelete, render, tabs, showError, clearError, table, pager };
