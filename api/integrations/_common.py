@@ -78,7 +78,7 @@ def stable_id(session_id: str, role: str, content: str, position: int) -> str:
     return f"fw-{digest[:24]}"
 
 
-def full_history(memory: Memory, group_id: str, session_id: str, page: int = 1000) -> list[Message]:
+def full_history(memory: Memory, group_id: str, session_id: str, page: int = 100) -> list[Message]:
     messages: list[Message] = []
     while True:
         batch = memory.history(group_id, session_id, limit=page, offset=len(messages))
