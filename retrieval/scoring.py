@@ -72,6 +72,7 @@ class ScoringPolicy:
     when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
     spread: float = 0.0  # taken from the n-th best message of an episode, times n (breadth)
     names_to_ids: bool = False  # read a speaker's other names in the query as its id
+    other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
 
 
 @dataclass
@@ -129,7 +130,7 @@ def score_messages(
 
     speakers = {m.speaker for items in messages.values() for m in items}
     signals = _QuerySignals(
-        named=named_in(query.query, speakers, searcher.speaker_names(group_id)),
+        named=named_in(query.query, speakers, searcher.speaker_names(group_id) if policy.other_names else None),
         times=time_mentions(query.query, reference=query.reference_time, timezone=query.timezone),
         asks_when=bool(_ASKS_WHEN.search(query.query)),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -155,8 +156,12 @@ def test_window_must_be_ordered() -> None:
         SearchQuery(query="x", start=REF, end=T0)
 
 
-def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(service: Epimem, group_id: str) -> None:
+def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
+    make_service: Callable[..., Epimem], group_id: str
+) -> None:
     # The episode's own vector is of its first 1,000 characters: the meteor shower comes after them.
+    # The window rule keeps the twelve turns in one episode (the scored one would cut at the shift).
+    service = make_service(segmentation_method="window")
     start = datetime(2023, 5, 8, 10, tzinfo=UTC)
     cooking = "We spent the whole afternoon cooking a slow tomato sauce with basil, garlic and olive oil for the kids."
     lines = [cooking] * 10 + ["Then we drove to the hills and watched the Perseid meteor shower from our tent."] * 2

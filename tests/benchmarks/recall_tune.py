@@ -46,7 +46,8 @@ BASE = PackingPolicy()
 # name -> policy. The default first; each other one changes one thing (or a pair worth trying together).
 VARIANTS: dict[str, PackingPolicy] = {
     "default": BASE,
-    "no speaker names": replace(BASE, speaker_bonus=0.0),
+    "ids only (before)": replace(BASE, other_names=False),
+    "no speaker bonus": replace(BASE, speaker_bonus=0.0),
     "speaker 0.4": replace(BASE, speaker_bonus=0.4),
     "names as ids": replace(BASE, names_to_ids=True),
     "runs 0.3": replace(BASE, run_share=0.3),
