@@ -21,7 +21,7 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from memory.errors import EpimemError
 from memory.models import Episode, Message, Role
@@ -108,6 +108,9 @@ class Tools:
             return await anyio.to_thread.run_sync(lambda: call(backend, group_id))
         except EpimemError as error:
             raise ToolError(f"{error.code}: {error.message}") from error
+        except ValidationError as error:  # a value the facade's own models refuse
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:3])
+            raise ToolError(f"invalid_input: {problems}") from error
 
 
 def build_server(

@@ -177,6 +177,8 @@ def test_streamable_http_round_trip_with_keys_and_scope(keyed_server: Server) ->
             await exercise(client, "team-a")
             other = await client.call_tool("search_memory", {"group": "team-b", "query": "Rex"})
             assert other.is_error and "forbidden" in other.content[0].text
+            bad = await client.call_tool("search_memory", {"group": "team-a", "query": "x", "sessions": ["a\x00b"]})
+            assert bad.is_error and "invalid_input: session_ids.0" in bad.content[0].text
             no_group = await client.call_tool("list_sessions", {})
             assert no_group.is_error and "no group" in no_group.content[0].text
         async with http_client(url, READER) as reader:
