@@ -116,12 +116,18 @@ class Tools:
 def build_server(
     backend: Callable[[], Backend], *, default_group: str | None = None, guard: Guard | None = None
 ) -> MCPServer:
+    """The seven tools on one ``MCPServer``; ``backend()`` is called for every tool call."""
     tools = Tools(backend, default_group, guard)
     server = MCPServer(
         "epimem",
         instructions="Long-term episodic memory: store conversations, then search them or get cited context.",
     )
+    register_recall_tools(server, tools)
+    register_browse_tools(server, tools)
+    return server
 
+
+def register_recall_tools(server: MCPServer, tools: Tools) -> None:
     @server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False))
     async def add_messages(
         ctx: Context,
@@ -178,9 +184,6 @@ def build_server(
         options = {"token_budget": token_budget, **_scope(sessions, time, reference_time)}
         result = await tools.run(ctx, group, READ, lambda b, g: b.context(g, query, **options))
         return dict(result.model_dump(mode="json"))
-
-    register_browse_tools(server, tools)
-    return server
 
 
 def register_browse_tools(server: MCPServer, tools: Tools) -> None:
