@@ -135,7 +135,11 @@ class PageRun:
         result = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script], cwd=self.folder, env=env(), capture_output=True, text=True
         )
-        assert result.returncode == 0, f"{self.page.name}:\n{script}\n{result.stdout[-2000:]}{result.stderr[-3000:]}"
+        assert result.returncode == 0, (
+            f"{self.page.name}: this bash example failed (a command to type by hand belongs in a console block; "
+            f"one run by another test gets <!-- tested: tests/<file>.py -->):\n{script}\n"
+            f"{result.stdout[-2000:]}{result.stderr[-3000:]}"
+        )
         self.output.append(result.stdout)
 
     def python(self, code: str, capsys: pytest.CaptureFixture[str]) -> None:
