@@ -33,6 +33,8 @@ KEYS = {
 # Routes that answer without a key, on purpose: liveness, readiness and the API description.
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
 PUBLIC |= {("GET", "/docs/oauth2-redirect")}
+# Where to go (GET /) and the explorer's static files: no memory in them, every datum comes through /v1 with a key.
+PUBLIC |= {("GET", "/"), ("GET", "/ui")}
 NEEDS = {"read": 1, "write": 2, "admin": 3}
 
 
@@ -111,8 +113,9 @@ def call(client: TestClient, method: str, path: str, group_id: str, key: str | N
 def test_the_route_table_is_what_the_readme_documents() -> None:
     assert len(PROTECTED) >= 20
     assert {r[2] for r in PROTECTED} == {"read", "write", "admin"}
-    # Every protected route but /metrics is scoped to a group.
-    assert {r[1] for r in PROTECTED if "{group_id}" not in r[1]} == {"/metrics"}
+    # Every protected route is scoped to a group, but /metrics and the caller's own view (its role, the groups it
+    # may read: tests/test_api_explorer_routes.py checks that nothing outside its groups is listed).
+    assert {r[1] for r in PROTECTED if "{group_id}" not in r[1]} == {"/metrics", "/v1/groups", "/v1/auth/whoami"}
 
 
 @pytest.mark.parametrize(("method", "path", "role"), PROTECTED, ids=[f"{m} {p}" for m, p, _ in PROTECTED])
