@@ -62,7 +62,7 @@ class ScoringPolicy:
     keyword_weight: float = 0.5  # BM25 (divided by the query's best BM25 score) added to the cosine
     episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
     neighbour_share: float = 0.4  # weight of the best adjacent message's own signal
-    speaker_bonus: float = 0.2  # added to the messages of a speaker the query names
+    speaker_bonus: float = 0.4  # added to the messages of a speaker the query names (by id or other name)
     time_bonus: float = 0.5  # added to the messages from a time the query names
     question_penalty: float = 0.1  # taken from a turn that ends with a question mark
     episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
