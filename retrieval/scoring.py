@@ -66,7 +66,7 @@ class ScoringPolicy:
     time_bonus: float = 0.5  # added to the messages from a time the query names
     question_penalty: float = 0.1  # taken from a turn that ends with a question mark
     episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
-    search_evidence: float = 0.02  # search: weight of an episode's best message score beside its fused rank
+    search_evidence: float = 1.0  # search: weight of an episode's best message score beside its fused rank
     run_share: float = 0.0  # weight of the best signal among the other messages of a one-speaker run
     neighbour_gap_hours: float = 0.0  # a neighbour further apart in time does not count (0: no limit)
     when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
