@@ -56,9 +56,8 @@ class Server:
     def __init__(self, service: Epimem) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_app(service), host="127.0.0.1", port=self.port, log_config=None, access_log=False
-        )
+        self.app = create_app(service)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_config=None, access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -67,6 +66,11 @@ class Server:
         deadline = time.monotonic() + 30
         while not self.server.started:
             assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        # The startup recovery forms pending sessions in the background: a test that writes and flushes while it
+        # runs could see its episodes formed by the recovery instead (as in tests/test_api.py's recovered()).
+        while self.app.state.recovering:
+            assert time.monotonic() < deadline, "startup recovery did not finish"
             time.sleep(0.02)
         return self
 

@@ -24,7 +24,8 @@ def _fill(service: Epimem, group_id: str) -> None:
 
 
 def _results(service: Epimem, group_id: str) -> list[list[tuple[str, float]]]:
-    return [[(h.episode.uuid, h.score) for h in service.search(group_id, q, k=5)] for q in QUERIES]
+    # Scores to 1e-6: message evidence adds float32 cosines, whose last bits may differ after a restore.
+    return [[(h.episode.uuid, round(h.score, 6)) for h in service.search(group_id, q, k=5)] for q in QUERIES]
 
 
 def _state(service: Epimem, group_id: str) -> dict:
