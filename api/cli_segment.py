@@ -12,7 +12,6 @@ else null. No LLM is called, even where one is configured.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +21,7 @@ from memory.embedding import SentenceTransformerEmbedder
 from memory.errors import EpimemError, InvalidInputError
 from memory.importers import read_jsonl
 from memory.ingestion import message_embedding_text
-from memory.segmentation import GapDecision, SegmentationPolicy, decide_gaps
+from memory.segmentation import GapDecision, decide_gaps, policy_from_settings
 from memory.settings import Settings
 
 REQUIRED = ("group_id", "session_id", "id", "content")
@@ -45,18 +44,6 @@ def check_lines(path: Path) -> None:
                     f"{path}, line {number}: missing {', '.join(missing)} (each line needs "
                     f"{', '.join(REQUIRED)}; timestamp and producer_id are recommended)"
                 )
-
-
-def policy_from(settings: Settings) -> SegmentationPolicy:
-    return SegmentationPolicy(
-        min_messages=settings.episode_min_messages,
-        max_messages=settings.episode_max_messages,
-        time_gap=timedelta(minutes=settings.episode_time_gap_minutes),
-        method=settings.segmentation_method,
-        target_messages=settings.episode_target_messages,
-        topic_shift_threshold=settings.topic_shift_threshold,
-        topic_window=settings.topic_window,
-    )
 
 
 def gap_record(group_id: str, session_id: str, decision: GapDecision) -> dict[str, object]:
@@ -92,7 +79,7 @@ def segment(
         onnx_dir=settings.data_dir / "models",
         batch_size=settings.embedding_batch_size,
     )
-    policy = policy_from(settings)
+    policy = policy_from_settings(settings)
     for group_id, session_id, messages in batches:
         vectors = embedder.embed_batch([message_embedding_text(m) for m in messages])
         for decision in decide_gaps(messages, policy=policy, vectors=vectors):

@@ -23,7 +23,7 @@ from memory.importers import LocomoSample
 from memory.ingestion import AddReceipt, Ingestor
 from memory.lazy_embedding import LazyEmbedder
 from memory.lifecycle import GroupGate, Lifecycle, Progress, ReembedReport
-from memory.llm import LLMClient
+from memory.llm import client_from_settings
 from memory.llm_generator import LLMEpisodeGenerator
 from memory.llm_segmenter import LLMSegmenter
 from memory.models import (
@@ -35,7 +35,7 @@ from memory.models import (
     SessionInfo,
     check_scope_id,
 )
-from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
+from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter, policy_from_settings
 from memory.settings import Settings
 from memory.store import ChromaStore, DeletionReceipt, episode_from_record
 from memory.summaries import GROUP_SUMMARY_SESSION, Summariser
@@ -103,15 +103,7 @@ class Epimem:
         self.generator = generator
         self.store = store
         self.embedder = embedder
-        policy = SegmentationPolicy(
-            min_messages=settings.episode_min_messages,
-            max_messages=settings.episode_max_messages,
-            time_gap=timedelta(minutes=settings.episode_time_gap_minutes),
-            topic_shift_threshold=settings.topic_shift_threshold,
-            topic_window=settings.topic_window,
-            method=settings.segmentation_method,
-            target_messages=settings.episode_target_messages,
-        )
+        policy = policy_from_settings(settings)
         self.ingestor = Ingestor(
             store=store,
             embedder=embedder,
@@ -466,17 +458,9 @@ def build_generator(settings: Settings) -> EpisodeGenerator:
     """Offline unless an LLM endpoint or key is configured; then the LLM, with offline fallback."""
     if not settings.llm_configured:
         return OfflineEpisodeGenerator()
-    client = LLMClient(
-        model=settings.llm_model,
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
-        timeout_s=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
-        concurrency=settings.llm_concurrency,
-        backoff_s=settings.llm_retry_backoff_s,
-        max_tokens=settings.llm_max_tokens,
+    return LLMEpisodeGenerator(
+        client_from_settings(settings), timestamp_margin=timedelta(days=settings.llm_timestamp_margin_days)
     )
-    return LLMEpisodeGenerator(client, timestamp_margin=timedelta(days=settings.llm_timestamp_margin_days))
 
 
 def build_segmenter(settings: Settings, policy: SegmentationPolicy, generator: EpisodeGenerator) -> Segmenter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path, Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from memory.models import (
     MAX_ID_LENGTH,
@@ -16,9 +16,9 @@ from memory.models import (
     ScopeId,
     SessionInfo,
     UtcDatetime,
+    ValidUnicode,
     check_message_id,
     check_scope_id,
-    has_lone_surrogate,
 )
 from retrieval.types import SearchHit
 
@@ -114,15 +114,7 @@ class DeletionOut(BaseModel):
     caches: list[str] = Field(default_factory=list, description="in-memory caches cleared")
 
 
-class _UnicodeIn(BaseModel):
-    """A request body whose text must be valid Unicode (no lone surrogates such as "\\udc00")."""
-
-    @field_validator("*", mode="after")
-    @classmethod
-    def _valid_unicode(cls, value: Any) -> Any:
-        if has_lone_surrogate(value):
-            raise ValueError("text must be valid Unicode: it holds a lone surrogate such as \\udc00")
-        return value
+_UnicodeIn = ValidUnicode  # request bodies whose text must be valid Unicode
 
 
 class SessionInfoIn(_UnicodeIn):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import openai
 
 from memory.errors import EpimemError
+from memory.settings import Settings
 from memory.tracing import traced
 
 if TYPE_CHECKING:
@@ -225,3 +226,17 @@ class LLMClient:
         if retry_after is not None:
             delay = max(delay, retry_after)
         return min(delay, MAX_BACKOFF_S)
+
+
+def client_from_settings(settings: Settings) -> LLMClient:
+    """The LLM client the ``EPIMEM_LLM_*`` settings describe (call only when ``settings.llm_configured``)."""
+    return LLMClient(
+        model=settings.llm_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        concurrency=settings.llm_concurrency,
+        backoff_s=settings.llm_retry_backoff_s,
+        max_tokens=settings.llm_max_tokens,
+    )

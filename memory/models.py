@@ -55,8 +55,8 @@ def has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class ValidUnicode(BaseModel):
+    """A model whose text must be valid Unicode (no lone surrogates such as "\\udc00")."""
 
     @field_validator("*", mode="after")
     @classmethod
@@ -64,6 +64,10 @@ class Frozen(BaseModel):
         if has_lone_surrogate(value):
             raise ValueError("text must be valid Unicode: it holds a lone surrogate such as \\udc00")
         return value
+
+
+class Frozen(ValidUnicode):
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Role(StrEnum):

@@ -32,6 +32,7 @@ import numpy as np
 from memory import boundary_weights as weights
 from memory.boundaries import Turn, gap_logits
 from memory.models import BoundaryReason, Message, Segment
+from memory.settings import Settings
 
 SHORT_SEGMENT_PENALTY = 1e6  # a segment under min_messages only where a stretch cannot be cut otherwise
 
@@ -263,3 +264,16 @@ def closed_segments(segments: list[Segment]) -> tuple[list[Segment], list[Segmen
         return [], []
     last = segments[-1]
     return segments[:-1], [last]
+
+
+def policy_from_settings(settings: Settings) -> SegmentationPolicy:
+    """The segmentation policy the ``EPIMEM_EPISODE_*`` / ``EPIMEM_SEGMENTATION_*`` settings describe."""
+    return SegmentationPolicy(
+        min_messages=settings.episode_min_messages,
+        max_messages=settings.episode_max_messages,
+        time_gap=timedelta(minutes=settings.episode_time_gap_minutes),
+        topic_shift_threshold=settings.topic_shift_threshold,
+        topic_window=settings.topic_window,
+        method=settings.segmentation_method,
+        target_messages=settings.episode_target_messages,
+    )

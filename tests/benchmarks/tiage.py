@@ -198,23 +198,14 @@ METHODS: dict[str, Callable[[Dialogue, np.ndarray], list[int]]] = {
 
 def llm_method() -> tuple[str, Callable[[Dialogue, np.ndarray], list[int]]] | None:
     """The LLM segmenter (memory/llm_segmenter.py) with the configured LLM (EPIMEM_LLM_*), or None."""
-    from memory.llm import LLMClient
+    from memory.llm import client_from_settings
     from memory.llm_segmenter import LLMSegmenter
     from memory.settings import Settings
 
     settings = Settings()
     if not settings.llm_configured:
         return None
-    client = LLMClient(
-        model=settings.llm_model,
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
-        timeout_s=settings.llm_timeout_s,
-        max_retries=settings.llm_max_retries,
-        concurrency=settings.llm_concurrency,
-        backoff_s=settings.llm_retry_backoff_s,
-        max_tokens=settings.llm_max_tokens,
-    )
+    client = client_from_settings(settings)
     segmenter = LLMSegmenter(client, policy=SegmentationPolicy(min_messages=BENCH_MIN, max_messages=BENCH_MAX))
 
     def segment(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
