@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from api.auth import KeyRing
-from api.errors import install_error_handlers
+from api.error_handling import install_error_handlers
 from api.explorer import explorer, mount_ui
 from api.facade import Epimem
 from api.home import home
@@ -25,10 +25,9 @@ from api.mcp_http import mount_mcp
 from api.metrics import Metrics
 from api.middleware import RequestMiddleware
 from api.routes import ops, v1
+from api.settings import Settings
 from api.telemetry import setup_tracing
 from memory.errors import EpimemError
-from memory.lazy_embedding import LazyEmbedder
-from memory.settings import Settings
 
 log = logging.getLogger("epimem.api")
 
@@ -65,8 +64,8 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
         owned = service is None
         app.state.service = service if service is not None else Epimem.from_settings(settings)
         app.state.recovering = True
-        if owned and isinstance(app.state.service.embedder, LazyEmbedder):
-            app.state.service.embedder.model()  # a server loads its model before it listens
+        if owned:
+            app.state.service.embedder.load()  # a server loads its model before it listens
         recovery = threading.Thread(target=_recover, args=(app, app.state.service), name="epimem-recovery", daemon=True)
         recovery.start()
         if not keys.enabled:

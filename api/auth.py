@@ -29,7 +29,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.requests import Request
 
-from memory.errors import ForbiddenError, InvalidInputError, UnauthorizedError
+from api.errors import ForbiddenError, UnauthorizedError
+from memory.errors import InvalidInputError
 from memory.models import UtcDatetime
 from memory.timeutil import utc_now
 

@@ -8,31 +8,32 @@ Tables in a terminal, JSON with ``--json``.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 import typer.core
-from pydantic import BaseModel
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from api.cli_files import check_messages_file, file_kind, require_group
-from api.facade import Epimem
-from api.startup import AnnouncingServer, StartupError, banner, check_before_loading, check_data_dir, check_keys
-from memory.errors import EpimemError
-from memory.importers import read_jsonl, read_locomo
-from memory.lazy_embedding import LazyEmbedder
-from memory.settings import Settings
+from api.cli_common import (
+    AsJson,
+    DataDir,
+    Session,
+    err,
+    fail,
+    open_service,
+    out,
+    print_json,
+    progress,
+    settings_for,
+    short,
+)
+from api.cli_files import require_group
+from api.settings import Settings
+from api.startup import AnnouncingServer, StartupError, banner, check_before_loading, check_keys
 from retrieval.types import ContextQuery, Direction, Order, SearchQuery
 
 app = typer.Typer(
@@ -41,8 +42,6 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-out = Console()
-err = Console(stderr=True)
 
 
 def _flag_type(option: typer.core.TyperOption, ctx: Any) -> str | None:
@@ -55,65 +54,6 @@ typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-ass
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
-DataDir = Annotated[
-    Path | None,
-    typer.Option("--data-dir", envvar="EPIMEM_DATA_DIR", help="data folder (default ./data)", show_default=False),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-Session = Annotated[str | None, typer.Option("--session", "-s", help="only this session")]
-
-
-def _settings(data_dir: Path | None) -> Settings:
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
-
-
-@contextmanager
-def _service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
-    # ctx.obj may carry an already loaded embedder (tests, or a host program invoking the CLI).
-    embedder = (ctx.obj or {}).get("embedder") if isinstance(ctx.obj, dict) else None
-    settings = _settings(data_dir)
-    try:
-        if settings.chroma_host is None:
-            check_data_dir(settings.data_dir)
-        service = Epimem.from_settings(settings, background=False, embedder=embedder)
-        if isinstance(service.embedder, LazyEmbedder):  # say what the wait is for, if the command needs the model
-            service.embedder.announce = lambda: err.print("loading the embedding model…", style="dim")
-    except StartupError as error:
-        _fail(str(error), 1)
-    except EpimemError as error:  # e.g. the folder is held by a running server
-        _fail(f"({error.code}) {error.message}", 1)
-    try:
-        yield service
-    except EpimemError as error:
-        err.print(f"[red]error[/red] ({error.code}): {escape(error.message)}", soft_wrap=True)
-        raise typer.Exit(1) from None
-    except ValueError as error:  # bad input caught by validation (ids, query fields)
-        err.print(f"[red]error[/red] (invalid_input): {escape(str(error))}", soft_wrap=True)
-        raise typer.Exit(1) from None
-    finally:
-        service.close()
-
-
-def _print_json(value: Any) -> None:
-    if isinstance(value, BaseModel):
-        text = value.model_dump_json(indent=2)
-    else:
-        text = json.dumps(value, indent=2, ensure_ascii=False, default=_json_default)
-    sys.stdout.write(text + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def _short(text: str, width: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
 
 @app.command()
 def serve(
@@ -124,31 +64,25 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
 ) -> None:
     """Start the HTTP API (OpenAPI docs at /docs). Blocks until stopped: use another terminal."""
-    settings = _settings(data_dir)
+    settings = settings_for(data_dir)
     try:
         keys = check_keys(settings)
     except StartupError as error:
-        _fail(str(error))
+        fail(str(error))
     if not keys.enabled:
         if host not in LOOPBACK:
-            _fail(
+            fail(
                 f"refusing to bind to {host}: no API keys are configured (local mode). "
                 "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
             )
         err.print(f"local mode: no API keys configured, listening on {host} only (this machine)")
     if workers > 1 and settings.chroma_host is None:
-        _fail("--workers > 1 needs a Chroma server (EPIMEM_CHROMA_HOST): embedded Chroma is one process")
+        fail("--workers > 1 needs a Chroma server (EPIMEM_CHROMA_HOST): embedded Chroma is one process")
     try:
         _, sock = check_before_loading(settings, host=host, port=port)
     except StartupError as error:
-        _fail(str(error))
+        fail(str(error))
     _run_server(settings, sock, host=host, port=port, workers=workers, log_level=log_level)
-
-
-def _fail(message: str, status: int = 2) -> NoReturn:
-    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(status)
 
 
 def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int, workers: int, log_level: str) -> None:
@@ -169,81 +103,6 @@ def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int
     uvicorn.run("api.app:serve_app", factory=True, fd=sock.fileno(), workers=workers, log_config=None, access_log=False)
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
-
-
-@app.command("import")
-def import_(
-    ctx: typer.Context,
-    path: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="LoCoMo JSON, messages JSONL or an export")],
-    data_dir: DataDir = None,
-    group: Annotated[
-        str | None, typer.Option("--group", "-g", help="import into this group (LoCoMo: only one sample)")
-    ] = None,
-    as_json: AsJson = False,
-) -> None:
-    """Import conversations: a LoCoMo file (one group per sample), JSON Lines of messages (each with
-    group_id and session_id), or a group export. Idempotent: a re-run adds nothing."""
-    kind = file_kind(path)
-    totals: dict[str, Any] = {"kind": kind, "groups": set(), "sessions": 0, "messages": 0, "episodes": 0}
-    with _service(ctx, data_dir) as service:
-        if kind == "export":
-            with path.open(encoding="utf-8") as lines:
-                receipt = service.import_group(lines, group_id=group)
-            totals.update(groups={receipt.group_id}, sessions=receipt.sessions, messages=receipt.messages)
-            totals.update(episodes=receipt.episodes)
-        elif kind == "locomo":
-            samples = read_locomo(path)
-            if group is not None and len(samples) != 1:
-                raise EpimemError(f"--group needs a file with one sample; this one has {len(samples)}")
-            with _progress() as progress:
-                task = progress.add_task("samples", total=len(samples))
-                for sample in samples:
-                    episodes = service.ingest_locomo(sample, group_id=group)
-                    totals["groups"].add(group or sample.sample_id)
-                    totals["sessions"] += len(sample.sessions)
-                    totals["messages"] += len(sample.messages)
-                    totals["episodes"] += len(episodes)
-                    progress.advance(task)
-        else:
-            check_messages_file(path)
-            batches = list(read_jsonl(path))
-            with _progress() as progress:
-                task = progress.add_task("sessions", total=len(batches))
-                for group_id, session_id, messages in batches:
-                    target = group or group_id
-                    service.add_messages(target, session_id, messages)
-                    episodes = service.flush(target, session_id)
-                    totals["groups"].add(target)
-                    totals["sessions"] += 1
-                    totals["messages"] += len(messages)
-                    totals["episodes"] += len(episodes)
-                    progress.advance(task)
-    totals["groups"] = sorted(totals["groups"])
-    if as_json:
-        _print_json(totals)
-        return
-    table = Table(title=f"imported {path.name}")
-    for column in ("kind", "groups", "sessions", "messages", "new episodes"):
-        table.add_column(column)
-    table.add_row(
-        kind,
-        ", ".join(totals["groups"]),
-        str(totals["sessions"]),
-        str(totals["messages"]),
-        str(totals["episodes"]),
-    )
-    out.print(table)
-
-
 @app.command()
 def search(
     ctx: typer.Context,
@@ -257,7 +116,7 @@ def search(
     as_json: AsJson = False,
 ) -> None:
     """Search a group's episodes by meaning and keyword."""
-    with _service(ctx, data_dir) as service:
+    with open_service(ctx, data_dir) as service:
         require_group(service, group_id)
         request = SearchQuery(
             query=query,
@@ -268,7 +127,7 @@ def search(
         )
         hits = service.search(group_id, request)
     if as_json:
-        _print_json([hit.model_dump(mode="json") for hit in hits])
+        print_json([hit.model_dump(mode="json") for hit in hits])
         return
     table = Table(title=f"{len(hits)} episodes for {query!r}")
     for column in ("score", "when", "session", "title", "content"):
@@ -280,7 +139,7 @@ def search(
             episode.timestamp.strftime("%Y-%m-%d %H:%M"),
             episode.session_id,
             episode.title,
-            _short(episode.content),
+            short(episode.content),
         )
     out.print(table)
 
@@ -299,7 +158,7 @@ def timeline(
     as_json: AsJson = False,
 ) -> None:
     """Episodes of a group (or session) in time order, one page."""
-    with _service(ctx, data_dir) as service:
+    with open_service(ctx, data_dir) as service:
         require_group(service, group_id)
         page = service.timeline(
             group_id,
@@ -311,7 +170,7 @@ def timeline(
             order=Direction.DESC if desc else Direction.ASC,
         )
     if as_json:
-        _print_json(page)
+        print_json(page)
         return
     table = Table(title=f"timeline of {group_id}")
     for column in ("when", "session", "title", "messages"):
@@ -337,12 +196,12 @@ def context(
     as_json: AsJson = False,
 ) -> None:
     """A cited, token-budgeted context block for a prompt."""
-    with _service(ctx, data_dir) as service:
+    with open_service(ctx, data_dir) as service:
         require_group(service, group_id)
         request = ContextQuery(query=query, token_budget=budget, session_ids=[session] if session else None, time=time)
         result = service.context(group_id, request)
     if as_json:
-        _print_json(result)
+        print_json(result)
         return
     sys.stdout.write(result.text + "\n")
     err.print(f"{result.tokens} tokens, {len(result.citations)} citations")
@@ -357,7 +216,7 @@ def export(
     include_embeddings: Annotated[bool, typer.Option("--include-embeddings", help="also write the vectors")] = False,
 ) -> None:
     """Write a group as JSON Lines (import it again with `epimem import`)."""
-    with _service(ctx, data_dir) as service:
+    with open_service(ctx, data_dir) as service:
         lines = service.export_group(group_id, include_embeddings=include_embeddings)
         if output is None:
             for line in lines:
@@ -374,18 +233,18 @@ def export(
 @app.command()
 def stats(ctx: typer.Context, data_dir: DataDir = None, as_json: AsJson = False) -> None:
     """Groups, sessions and vectors in the store."""
-    with _service(ctx, data_dir) as service:
+    with open_service(ctx, data_dir) as service:
         rows = [
             {
                 "group_id": group_id,
                 "sessions": len(service.list_sessions(group_id)),
-                "vectors": service.store.count_vectors(group_id),
+                "vectors": service.vector_count(group_id),
             }
-            for group_id in service.store.list_groups()
+            for group_id in service.list_groups()
         ]
         summary = {"model": service.embedder.model_id, "groups": rows}
     if as_json:
-        _print_json(summary)
+        print_json(summary)
         return
     table = Table(title=f"epimem store (model {summary['model']})")
     for column in ("group", "sessions", "vectors"):
@@ -403,23 +262,27 @@ def reembed(
     as_json: AsJson = False,
 ) -> None:
     """Rebuild vectors with the configured embedding model (after changing it). Repeatable."""
-    with _service(ctx, data_dir) as service, _progress() as progress:
-        task = progress.add_task("vectors", total=None)
+    with open_service(ctx, data_dir) as service, progress() as bar:
+        task = bar.add_task("vectors", total=None)
 
         def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            bar.update(task, completed=done, total=total)
 
         report = service.reembed(group, progress=advance)
     summary = {"model": report.model_id, "groups": report.groups, "vectors": report.vectors}
     summary["skipped_collections"] = len(report.skipped)
     if as_json:
-        _print_json(summary)
+        print_json(summary)
     else:
         out.print(
             f"re-embedded {report.vectors} vectors in {len(report.groups)} groups with {report.model_id} "
             f"({len(report.skipped)} collections already current)"
         )
 
+
+from api.cli_import import register as _register_import  # noqa: E402
+
+_register_import(app)
 
 from api.cli_mcp import register as _register_mcp  # noqa: E402
 

@@ -61,5 +61,5 @@ def check_messages_file(path: Path) -> None:
 
 def require_group(service: Epimem, group_id: str) -> None:
     """``NotFoundError`` for a group with nothing stored (checked before any model is loaded)."""
-    if not service.store.group_exists(group_id) and not service.store.list_sessions(group_id):
+    if not service.group_exists(group_id):
         raise NotFoundError(f"group {group_id!r} not found (`epimem stats` lists the groups)")

@@ -17,12 +17,12 @@ from typing import Annotated
 
 import typer
 
-from memory.embedding import SentenceTransformerEmbedder
+from api.composition import lazy_embedder, segmentation_policy
+from api.settings import Settings
+from memory.episodes.segmentation import GapDecision, decide_gaps
 from memory.errors import EpimemError, InvalidInputError
-from memory.importers import read_jsonl
-from memory.ingestion import message_embedding_text
-from memory.segmentation import GapDecision, decide_gaps, policy_from_settings
-from memory.settings import Settings
+from memory.ingest.importers import read_jsonl
+from memory.text import message_line
 
 REQUIRED = ("group_id", "session_id", "id", "content")
 
@@ -72,16 +72,10 @@ def segment(
     except (EpimemError, FileNotFoundError, UnicodeDecodeError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
-    embedder = SentenceTransformerEmbedder(
-        model=settings.embedding_model,
-        device=settings.embedding_device,
-        backend=settings.embedding_backend,
-        onnx_dir=settings.data_dir / "models",
-        batch_size=settings.embedding_batch_size,
-    )
-    policy = policy_from_settings(settings)
+    embedder = lazy_embedder(settings)
+    policy = segmentation_policy(settings)
     for group_id, session_id, messages in batches:
-        vectors = embedder.embed_batch([message_embedding_text(m) for m in messages])
+        vectors = embedder.embed_batch([message_line(m) for m in messages])
         for decision in decide_gaps(messages, policy=policy, vectors=vectors):
             record = gap_record(group_id, session_id, decision)
             if as_json:

@@ -15,7 +15,15 @@ def missing_server_modules() -> list[str]:
     return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
 
 
+def _skip_slow_optional_imports() -> None:
+    """jsonschema (imported by chromadb) imports rfc3987-syntax whenever it is installed (jupyterlab brings
+    it), and that builds an RFC 3987 grammar at import: about 2 s on every command, for a URI format epimem
+    never validates. Marking the module absent makes jsonschema skip that one format checker."""
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
+
 def main() -> None:
+    _skip_slow_optional_imports()
     args = sys.argv[1:]
     missing = missing_server_modules()
     if args[:1] == ["mcp"] and missing:

@@ -23,8 +23,8 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from api.auth import KeyRing
-from api.errors import error_response
-from memory.errors import UnauthorizedError
+from api.error_handling import error_response
+from api.errors import UnauthorizedError
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

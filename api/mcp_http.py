@@ -17,7 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from api.auth import KeyRing, Role
-from api.errors import error_response
+from api.error_handling import error_response
 
 log = logging.getLogger("epimem.mcp")
 MCP_PATH = "/mcp"

@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         from api.facade import Epimem
-        from memory.settings import Settings
+        from api.settings import Settings
     except ImportError as error:  # a client-only install: only --url can work
         print(
             f"epimem mcp: serving a data folder needs the server ({error.name} is missing): "

@@ -2,8 +2,8 @@
 
 Request counts and latencies are labelled by route template (``/v1/groups/{group_id}/search``),
 never by concrete ids, so group ids do not leak into metrics and cardinality stays bounded.
-Service figures (episodes, LLM calls and tokens, fallbacks, open partitions, ingest stage timings)
-are read from the service at scrape time by a collector.
+Service figures (episodes, LLM calls and tokens of the generator and the segmenter, fallbacks, open
+partitions, ingest stage timings) are read from one ``ServiceStats`` snapshot at scrape time.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from api.facade import Epimem
+from memory.llm.stats import LLMCallStats
 
 
 class ServiceCollector(Collector):
@@ -25,45 +26,59 @@ class ServiceCollector(Collector):
         service = self._service()
         if service is None:
             return
-        timings = service.ingestor.timings
-        stats = service.generator_stats()
+        stats = service.stats()
+        generator = stats.generator
         yield CounterMetricFamily(
-            "epimem_episodes_created", "Episodes written to the store.", value=timings.episodes_created
+            "epimem_episodes_created", "Episodes written to the store.", value=stats.ingest.episodes_created
         )
         generated = CounterMetricFamily(
             "epimem_generator_episodes", "Episodes produced by the generator.", labels=["model"]
         )
-        generated.add_metric([stats.model], stats.episodes)
+        generated.add_metric([generator.model], generator.episodes)
         yield generated
-        for name, doc, value in (
-            ("epimem_llm_calls", "LLM calls made for episode generation.", stats.calls),
-            ("epimem_llm_retries", "LLM calls retried.", stats.retries),
-            ("epimem_episode_fallbacks", "Episodes built by the fallback path after an LLM failure.", stats.fallbacks),
-            ("epimem_llm_latency_seconds", "Total seconds spent waiting for the LLM.", stats.latency_seconds),
-        ):
-            family = CounterMetricFamily(name, doc, labels=["model"])
-            family.add_metric([stats.model], value)
-            yield family
-        tokens = CounterMetricFamily("epimem_llm_tokens", "LLM tokens used.", labels=["model", "kind"])
-        tokens.add_metric([stats.model, "prompt"], stats.prompt_tokens)
-        tokens.add_metric([stats.model, "completion"], stats.completion_tokens)
-        yield tokens
+        fallbacks = CounterMetricFamily(
+            "epimem_episode_fallbacks", "Episodes built by the fallback path after an LLM failure.", labels=["model"]
+        )
+        fallbacks.add_metric([generator.model], generator.fallbacks)
+        yield fallbacks
+        yield from _llm_families(stats.llm)
         stages = CounterMetricFamily(
             "epimem_ingest_stage_seconds", "Cumulative seconds per ingest stage.", labels=["stage"]
         )
-        for stage, seconds in sorted(dict(timings.seconds).items()):
+        for stage, seconds in sorted(stats.ingest.seconds.items()):
             stages.add_metric([stage], seconds)
         yield stages
-        yield GaugeMetricFamily(
-            "epimem_partitions_open", "Chroma collections held open.", value=service.store.open_collections
-        )
-        if service.worker is not None:
+        yield GaugeMetricFamily("epimem_partitions_open", "Chroma collections held open.", value=stats.open_collections)
+        if stats.formation_queue is not None:
             yield GaugeMetricFamily(
-                "epimem_formation_queue", "Sessions waiting for episode formation.", value=len(service.worker.pending())
+                "epimem_formation_queue", "Sessions waiting for episode formation.", value=stats.formation_queue
             )
             yield CounterMetricFamily(
-                "epimem_formation_failures", "Background formations that failed.", value=service.worker.failures
+                "epimem_formation_failures", "Background formations that failed.", value=stats.formation_failures
             )
+
+
+def _llm_families(components: dict[str, LLMCallStats]) -> Iterator[Metric]:
+    """The LLM counters of every LLM-backed component (the episode generator, the segmenter)."""
+    labels = ["component", "model"]
+    families = {
+        "calls": CounterMetricFamily("epimem_llm_calls", "LLM calls made.", labels=labels),
+        "retries": CounterMetricFamily("epimem_llm_retries", "LLM calls retried.", labels=labels),
+        "fallbacks": CounterMetricFamily(
+            "epimem_llm_fallbacks", "Work done without the LLM because it failed.", labels=labels
+        ),
+        "latency_seconds": CounterMetricFamily(
+            "epimem_llm_latency_seconds", "Total seconds spent waiting for the LLM.", labels=labels
+        ),
+    }
+    tokens = CounterMetricFamily("epimem_llm_tokens", "LLM tokens used.", labels=[*labels, "kind"])
+    for component, counters in sorted(components.items()):
+        for field, family in families.items():
+            family.add_metric([component, counters.model], getattr(counters, field))
+        tokens.add_metric([component, counters.model, "prompt"], counters.prompt_tokens)
+        tokens.add_metric([component, counters.model, "completion"], counters.completion_tokens)
+    yield from families.values()
+    yield tokens
 
 
 class Metrics:

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import KeyRing
-from api.errors import error_response
+from api.error_handling import error_response
 from api.guards import refusal
 from api.logs import request_id_from, request_id_var
 from api.metrics import Metrics

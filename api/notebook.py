@@ -1,6 +1,6 @@
-"""Small helpers for exploring a memory in a notebook: the repository root, every episode of a group,
-episodes as table rows, and episode embeddings in two dimensions. (Where the benchmark data is, is
-not the package's business: see ``tests/benchmarks/benchmark_data.py``.)
+"""Small helpers for exploring a memory in a notebook: every episode of a group, episodes as table
+rows, and episode embeddings in two dimensions. (Where the benchmark data is, is not the package's
+business: see ``tests/benchmarks/benchmark_data.py``.)
 
 Plain Python and numpy only, so the package needs no pandas or matplotlib; notebooks build their
 tables and plots from what these return (``pandas.DataFrame(episode_rows(episodes))``).
@@ -10,26 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from api.facade import Epimem
-from memory.importers import LocomoSample
+from memory.ingest.importers import LocomoSample
 from memory.models import Episode
-from memory.store import episode_from_record
+from memory.store.records import RecordFilter, RecordKind
 from retrieval.types import MAX_TIMELINE_LIMIT
-
-
-def repo_root(start: str | Path | None = None) -> Path:
-    """The repository root: the first folder at or above ``start`` (default: the working directory,
-    which is the notebooks folder in Jupyter) that holds ``pyproject.toml``."""
-    here = Path(start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file():
-            return folder
-    raise FileNotFoundError(f"no repository (pyproject.toml) at or above {here}")
 
 
 def first_sessions(sample: LocomoSample, count: int | None) -> LocomoSample:
@@ -83,10 +72,10 @@ class EpisodeVectors:
 def episode_vectors(service: Epimem, group_id: str) -> EpisodeVectors:
     """The stored embedding of every episode of the group, in time order."""
     found: list[tuple[float, str, Episode, np.ndarray]] = []
-    for record in service.store.get_vectors(group_id, include_embeddings=True):
-        if record.metadata.get("kind") == "episode" and record.embedding is not None:
-            episode = episode_from_record(record.document, record.metadata)
-            found.append((float(record.metadata["ts"]), record.id, episode, record.embedding))
+    selection = RecordFilter(kinds=(RecordKind.EPISODE,))
+    for record in service.memory.store.vectors.records(group_id, selection=selection, embeddings=True):
+        if record.embedding is not None:
+            found.append((record.timestamp, record.id, record.episode(), record.embedding))
     found.sort(key=lambda item: (item[0], item[1]))
     if not found:
         return EpisodeVectors(episodes=[], vectors=np.zeros((0, service.embedder.dimension), dtype=np.float32))
@@ -116,5 +105,4 @@ __all__ = [
     "episode_vectors",
     "first_sessions",
     "project_2d",
-    "repo_root",
 ]

@@ -8,7 +8,6 @@ summaries; admin = every delete, export, metrics (when keys are configured).
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -18,33 +17,27 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
-from api.errors import error_responses
+from api.error_handling import error_responses
+from api.errors import PayloadTooLargeError
 from api.facade import Epimem
+from api.params import EpisodeIdPath, GroupId, MessageIdPath, SessionId, SessionIdQuery
 from api.schemas import (
-    AddReceiptOut,
-    DeletionOut,
-    EpisodeIdPath,
     EpisodeOut,
     EpisodesOut,
     GroupConfigurationIn,
-    GroupId,
     Health,
     HistoryOut,
-    ImportOut,
-    MessageIdPath,
     MessagesIn,
     Readiness,
     SearchOut,
-    SessionId,
-    SessionIdQuery,
     SessionInfoIn,
     SessionsOut,
     SummariesIn,
 )
-from memory.errors import InvalidInputError, NotFoundError, PayloadTooLargeError, StoreUnavailableError
+from api.settings import Settings
+from memory.errors import InvalidInputError, NotFoundError, StoreUnavailableError
 from memory.models import GroupConfiguration, SessionInfo, UtcDatetime
-from memory.settings import Settings
-from memory.store import DeletionReceipt
+from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.timeutil import utc_now
 from retrieval.types import MAX_TIMELINE_LIMIT, ContextQuery, ContextResult, Direction, SearchQuery, TimelinePage
 
@@ -88,10 +81,6 @@ GROUP = "/groups/{group_id}"
 SESSION = GROUP + "/sessions/{session_id}"
 
 
-def _deletion(receipt: DeletionReceipt) -> DeletionOut:
-    return DeletionOut(**asdict(receipt))
-
-
 # -- messages and episodes ---------------------------------------------------------------------
 
 
@@ -104,7 +93,7 @@ def _deletion(receipt: DeletionReceipt) -> DeletionOut:
 )
 def add_messages(
     group_id: GroupId, session_id: SessionId, body: MessagesIn, service: ServiceDep, settings: SettingsDep
-) -> AddReceiptOut:
+) -> AddReceipt:
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
     a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
@@ -119,8 +108,7 @@ def add_messages(
             f"message content is longer than {settings.max_message_chars} characters",
             details={"max_message_chars": settings.max_message_chars, "ids": too_long[:20]},
         )
-    receipt = service.add_messages(group_id, session_id, body.messages)
-    return AddReceiptOut(**asdict(receipt))
+    return service.add_messages(group_id, session_id, body.messages)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")
@@ -146,8 +134,8 @@ def history(
 )
 def delete_message(
     group_id: GroupId, session_id: SessionId, message_id: MessageIdPath, service: ServiceDep
-) -> DeletionOut:
-    return _deletion(service.delete_message(group_id, session_id, message_id))
+) -> DeletionReceipt:
+    return service.delete_message(group_id, session_id, message_id)
 
 
 @v1.post(
@@ -186,11 +174,11 @@ def get_episode(
 )
 def delete_episode(
     group_id: GroupId, session_id: SessionId, episode_id: EpisodeIdPath, service: ServiceDep
-) -> DeletionOut:
+) -> DeletionReceipt:
     """An episode goes with the messages it was made of (log and vectors); summaries citing it are
     rebuilt from what remains. A summary goes alone: its sources stay and lose their mark. On
     embedded Chroma the bytes are erased from the data folder before the answer (docs/trust.md)."""
-    return _deletion(service.delete_episode(group_id, session_id, episode_id))
+    return service.delete_episode(group_id, session_id, episode_id)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -271,8 +259,8 @@ def get_group(group_id: GroupId, service: ServiceDep) -> GroupConfiguration:
 
 
 @v1.delete(GROUP, tags=["groups"], dependencies=[ADMIN], summary="Delete a group and everything in it")
-def delete_group(group_id: GroupId, service: ServiceDep) -> DeletionOut:
-    return _deletion(service.delete_group(group_id))
+def delete_group(group_id: GroupId, service: ServiceDep) -> DeletionReceipt:
+    return service.delete_group(group_id)
 
 
 @v1.get(GROUP + "/sessions", tags=["sessions"], dependencies=[READ], summary="The sessions of a group")
@@ -299,8 +287,8 @@ def get_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -
 
 
 @v1.delete(SESSION, tags=["sessions"], dependencies=[ADMIN], summary="Delete a session and everything in it")
-def delete_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> DeletionOut:
-    return _deletion(service.delete_session(group_id, session_id))
+def delete_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> DeletionReceipt:
+    return service.delete_session(group_id, session_id)
 
 
 # -- summaries, export, import -------------------------------------------------------------------
@@ -354,15 +342,15 @@ def export_group(
     },
     summary="Import JSON Lines written by export (idempotent)",
 )
-async def import_group(group_id: GroupId, request: Request, service: ServiceDep) -> ImportOut:
+async def import_group(group_id: GroupId, request: Request, service: ServiceDep) -> ImportReceipt:
     raw = await request.body()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
         raise InvalidInputError("the import body is not UTF-8 text", details={"position": error.start}) from None
     lines = [line for line in text.splitlines() if line.strip()]
-    receipt = await run_in_threadpool(service.import_group, lines, group_id=group_id)
-    return ImportOut(**asdict(receipt))
+    receipt: ImportReceipt = await run_in_threadpool(service.import_group, lines, group_id=group_id)
+    return receipt
 
 
 # -- operations --------------------------------------------------------------------------------
@@ -375,7 +363,7 @@ def healthz() -> Health:
 
 @ops.get("/readyz", responses=error_responses(503), summary="Readiness: store reachable and model loaded")
 def readyz(request: Request, service: ServiceDep) -> Readiness:
-    service.store.heartbeat()
+    service.heartbeat()
     model = service.embedder.model_id
     if not model:
         raise StoreUnavailableError("the embedding model is not loaded")

@@ -5,69 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from memory.models import (
     MAX_ID_LENGTH,
-    MAX_MESSAGE_ID_LENGTH,
     Episode,
     Message,
     ScopeId,
     SessionInfo,
     UtcDatetime,
     ValidUnicode,
-    check_message_id,
-    check_scope_id,
 )
 from retrieval.types import SearchHit
-
-# Path ids: any text without control characters and without '/', which cannot be addressed in a
-# URL path (ids containing '/' are usable from Python, not over HTTP). Not blank.
-_PATH_ID_PATTERN = r"^[^\x00-\x1f\x7f/]*[^\s\x00-\x1f\x7f/][^\x00-\x1f\x7f/]*$"
-
-GroupId = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
-        pattern=_PATH_ID_PATTERN,
-        description="group id (1-500 characters, no control characters, no '/')",
-        examples=["team-a"],
-    ),
-    AfterValidator(check_scope_id),
-]
-SessionId = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
-        pattern=_PATH_ID_PATTERN,
-        description="session id (1-500 characters, no control characters, no '/')",
-        examples=["chat-1"],
-    ),
-    AfterValidator(check_scope_id),
-]
-MessageIdPath = Annotated[
-    str,
-    Path(
-        min_length=1,
-        max_length=MAX_MESSAGE_ID_LENGTH,
-        pattern=_PATH_ID_PATTERN,
-        description="message id (1-256 characters, no control characters, no '/')",
-        examples=["m1"],
-    ),
-    AfterValidator(check_message_id),
-]
-SessionIdQuery = Annotated[
-    str | None,
-    Query(min_length=1, max_length=MAX_ID_LENGTH, description="only this session"),
-    AfterValidator(lambda value: None if value is None else check_scope_id(value)),
-]
-EpisodeIdPath = Annotated[
-    str,
-    Path(min_length=1, max_length=MAX_ID_LENGTH, pattern=_PATH_ID_PATTERN, description="episode uuid"),
-]
 
 _MESSAGE_EXAMPLE: dict[str, Any] = {
     "id": "m1",
@@ -87,12 +36,6 @@ class MessagesIn(BaseModel):
     )
 
 
-class AddReceiptOut(BaseModel):
-    accepted: list[str] = Field(description="ids stored now")
-    duplicates: list[str] = Field(description="ids already stored with the same content (no-op)")
-    pending: int = Field(description="messages of the session not yet in an episode")
-
-
 class EpisodesOut(BaseModel):
     episodes: list[Episode]
 
@@ -102,22 +45,7 @@ class EpisodeOut(BaseModel):
     messages: list[Message] | None = Field(default=None, description="source messages, with `?expand=messages`")
 
 
-class DeletionOut(BaseModel):
-    collections: list[str] = Field(description="Chroma collections dropped")
-    vectors: int = Field(description="vectors removed")
-    log_records: int = Field(description="message/session/group records removed")
-    ids: list[str] = Field(description="every removed record id")
-    messages: list[str] = Field(default_factory=list, description="message ids removed")
-    episodes: list[str] = Field(default_factory=list, description="episode ids removed")
-    summaries: list[str] = Field(default_factory=list, description="summary ids removed")
-    repaired: list[str] = Field(default_factory=list, description="episodes and summaries rebuilt from what remained")
-    caches: list[str] = Field(default_factory=list, description="in-memory caches cleared")
-
-
-_UnicodeIn = ValidUnicode  # request bodies whose text must be valid Unicode
-
-
-class SessionInfoIn(_UnicodeIn):
+class SessionInfoIn(ValidUnicode):
     """SessionInfo without its ids (they come from the path)."""
 
     model_config = ConfigDict(
@@ -131,7 +59,7 @@ class SessionInfoIn(_UnicodeIn):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class GroupConfigurationIn(_UnicodeIn):
+class GroupConfigurationIn(ValidUnicode):
     """GroupConfiguration without its id (it comes from the path)."""
 
     model_config = ConfigDict(
@@ -158,25 +86,13 @@ class HistoryOut(BaseModel):
     next_offset: int | None = Field(description="offset of the next page; null on the last page")
 
 
-class SummariesIn(_UnicodeIn):
+class SummariesIn(ValidUnicode):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"days_back": 7}]})
 
     days_back: float = Field(default=7, gt=0, le=36_600, description="summarise the episodes of this many days")
     max_memories_per_summary: int = Field(default=50, ge=2, le=1000)
     session_id: ScopeId | None = Field(default=None, description="only this session; default: every session")
     reference_time: UtcDatetime | None = Field(default=None, description="what 'now' means; default: now")
-
-
-class ImportOut(BaseModel):
-    group_id: str = Field(description="the group the records were imported into")
-    source_group_id: str = Field(description="the group they were exported from")
-    source_model: str = Field(description="embedding model of the export")
-    reembedded: bool = Field(description="true when the export's vectors were missing or from another model")
-    sessions: int = 0
-    messages: int = 0
-    episodes: int = 0
-    summaries: int = 0
-    vectors: int = 0
 
 
 class Readiness(BaseModel):

@@ -17,9 +17,9 @@ from pathlib import Path
 import uvicorn
 
 from api.auth import KeyRing
+from api.settings import Settings
 from memory.errors import EpimemError
-from memory.folder_lock import lock_folder
-from memory.settings import Settings
+from memory.store.folder_lock import lock_folder
 
 
 class StartupError(Exception):

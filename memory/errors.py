@@ -30,21 +30,6 @@ class ConflictError(EpimemError):
     code = "conflict"
 
 
-class PayloadTooLargeError(EpimemError):
-    status_code = 413
-    code = "payload_too_large"
-
-
-class UnauthorizedError(EpimemError):
-    status_code = 401
-    code = "unauthorized"
-
-
-class ForbiddenError(EpimemError):
-    status_code = 403
-    code = "forbidden"
-
-
 class ModelMismatchError(EpimemError):
     status_code = 409
     code = "embedding_model_mismatch"

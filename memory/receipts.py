@@ -1,37 +1,33 @@
-"""What a write, a delete and an import report back: plain dataclasses with no storage imports, so
-the HTTP client (``api/client.py``) can return them without pulling in Chroma, numpy or torch."""
+"""What a write, a delete and an import report back, defined once: the facade returns them, the HTTP
+API sends them as they are, the HTTP client reads them back. Pydantic dataclasses with no storage
+imports, so the client (``api/client.py``) returns them without pulling in Chroma, numpy or torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class AddReceipt:
-    accepted: list[str]
-    duplicates: list[str]
-    pending: int
+    accepted: list[str] = Field(description="ids stored now")
+    duplicates: list[str] = Field(description="ids already stored with the same content (no-op)")
+    pending: int = Field(description="messages of the session not yet in an episode")
 
 
 @dataclass
 class DeletionReceipt:
-    """What a delete removed, per store; ``ids`` lists every removed record id.
+    """What a delete removed, per store; ``ids`` lists every removed record id."""
 
-    ``collections``: dropped Chroma collections; ``vectors``: records removed from partitions and
-    group indexes; ``log_records``: records removed from the group log. ``messages``, ``episodes``
-    and ``summaries`` name what was removed; ``repaired`` the episodes and summaries rebuilt from
-    what remained; ``caches`` the in-memory caches that were cleared.
-    """
-
-    collections: list[str] = field(default_factory=list)
-    vectors: int = 0
-    log_records: int = 0
-    ids: list[str] = field(default_factory=list)
-    messages: list[str] = field(default_factory=list)
-    episodes: list[str] = field(default_factory=list)
-    summaries: list[str] = field(default_factory=list)
-    repaired: list[str] = field(default_factory=list)
-    caches: list[str] = field(default_factory=list)
+    collections: list[str] = Field(default_factory=list, description="Chroma collections dropped")
+    vectors: int = Field(default=0, description="vectors removed (from partitions and group indexes)")
+    log_records: int = Field(default=0, description="message/session/group records removed from the group log")
+    ids: list[str] = Field(default_factory=list, description="every removed record id")
+    messages: list[str] = Field(default_factory=list, description="message ids removed")
+    episodes: list[str] = Field(default_factory=list, description="episode ids removed")
+    summaries: list[str] = Field(default_factory=list, description="summary ids removed")
+    repaired: list[str] = Field(default_factory=list, description="episodes and summaries rebuilt from what remained")
+    caches: list[str] = Field(default_factory=list, description="in-memory caches cleared")
 
     def merge(self, other: DeletionReceipt) -> None:
         self.collections += other.collections
@@ -47,10 +43,10 @@ class DeletionReceipt:
 
 @dataclass
 class ImportReceipt:
-    group_id: str
-    source_group_id: str
-    source_model: str
-    reembedded: bool
+    group_id: str = Field(description="the group the records were imported into")
+    source_group_id: str = Field(description="the group they were exported from")
+    source_model: str = Field(description="embedding model of the export")
+    reembedded: bool = Field(description="true when the export's vectors were missing or from another model")
     sessions: int = 0
     messages: int = 0
     episodes: int = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from dateutil import parser as date_parser
 
@@ -93,3 +93,18 @@ def format_date(value: datetime) -> str:
     """Human date used in episode text and context: '8 May 2023, 13:56 UTC'."""
     value = to_utc(value)
     return f"{value.day} {value:%B %Y}, {value:%H:%M} UTC"
+
+
+def shift(moment: datetime, unit: str, amount: int) -> datetime:
+    """``moment`` moved by ``amount`` days, weeks, months or years (``unit``); a month or year shift
+    keeps the day of the month, at most the 28th."""
+    if unit == "day":
+        return moment + timedelta(days=amount)
+    if unit == "week":
+        return moment + timedelta(weeks=amount)
+    if unit == "month":
+        index = moment.month - 1 + amount
+        return moment.replace(year=moment.year + index // 12, month=index % 12 + 1, day=min(moment.day, 28))
+    if unit == "year":
+        return moment.replace(year=moment.year + amount, day=min(moment.day, 28))
+    raise ValueError(f"unknown calendar unit {unit!r}")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from memory.models import Episode, Message
+from memory.text import message_line
 from memory.timeutil import format_date
 from memory.tracing import read_attributes, traced
 from retrieval.names import named_in
@@ -40,12 +41,6 @@ class PackingPolicy(ScoringPolicy):
     """How candidates become context: the message score's weights, and whether headers carry titles."""
 
     titles: bool = False  # print the episode title in each piece's header
-
-
-def message_line(message: Message) -> str:
-    caption = message.metadata.get("image_caption") if isinstance(message.metadata, dict) else None
-    shared = f" [shared an image: {caption}]" if caption else ""
-    return f"{message.speaker}: {' '.join(message.content.split())}{shared}"
 
 
 def named_speakers(query: str, messages: Iterable[Message], names: dict[str, set[str]] | None = None) -> set[str]:

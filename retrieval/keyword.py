@@ -14,7 +14,7 @@ import bm25s
 import numpy as np
 import Stemmer
 
-from memory.store import VectorRecord
+from memory.store.records import VectorRecord
 
 _STEMMER = Stemmer.Stemmer("english")
 _STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
@@ -31,9 +31,7 @@ def tokenize(texts: list[str]) -> list[list[str]]:
 
 def keyword_text(record: VectorRecord) -> str:
     """What BM25 reads for a record: its title (episodes), its speaker and its text."""
-    title = record.metadata.get("title", "")
-    speaker = record.metadata.get("producer_id", "")
-    return f"{title} {speaker} {record.document}"
+    return f"{record.title} {record.producer_id} {record.document}"
 
 
 class KeywordIndex:
@@ -43,8 +41,8 @@ class KeywordIndex:
         self.records = records
         self.positions = {record.id: position for position, record in enumerate(records)}
         # Scope filters are array operations, not a Python loop over every matching record.
-        self._sessions = np.array([str(record.metadata.get("session_id", "")) for record in records], dtype=object)
-        self._times = np.array([float(record.metadata.get("ts", 0.0)) for record in records], dtype=np.float64)
+        self._sessions = np.array([record.session_id for record in records], dtype=object)
+        self._times = np.array([record.timestamp for record in records], dtype=np.float64)
         self._bm25 = bm25s.BM25()
         if records:
             self._bm25.index(tokenize([keyword_text(record) for record in records]), show_progress=False)

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from memory.models import Episode, Message
-from memory.store import message_record_id
+from memory.store.records import EPISODE_KINDS, message_record_id
 from memory.timeutil import utc_now
 from retrieval.names import named_in
 from retrieval.timewindow import TimeMention, time_mentions
@@ -37,7 +37,6 @@ Query = ContextQuery | SearchQuery
 if TYPE_CHECKING:
     from retrieval.search import Candidate, Searcher
 
-EPISODE_KINDS = ("episode", "summary")
 _ASKS_WHEN = re.compile(r"^\s*(?:when|what (?:date|day|time|year|month))\b|\bhow long ago\b", re.IGNORECASE)
 _MONTH = (
     r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"

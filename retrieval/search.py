@@ -12,18 +12,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from memory.embedding import Embedder
+from memory.embedding.embedder import Embedder
 from memory.models import Episode, Message
-from memory.store import ChromaStore, VectorRecord, episode_from_record, message_record_id, where_all
+from memory.store.protocols import LogReader, VectorReader
+from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord, message_record_id
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.names import configured_names, learned_names, merge_names, with_ids
-from retrieval.scoring import EPISODE_KINDS, ScoringPolicy, episode_score, recency_factor, score_messages
+from retrieval.scoring import ScoringPolicy, episode_score, recency_factor, score_messages
 from retrieval.timewindow import TimeWindow, parse_time_window
 from retrieval.types import ContextQuery, Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
@@ -37,9 +38,7 @@ DUPLICATE_COSINE = 0.95
 class Candidate:
     """One record's standing in the two rankings (ranks are 0-based; None = not in that list)."""
 
-    record_id: str
-    episode_id: str
-    metadata: dict[str, Any]
+    record: VectorRecord
     vector: float = 0.0
     keyword: float = 0.0
     fused: float = 0.0
@@ -47,8 +46,16 @@ class Candidate:
     keyword_rank: int | None = None
 
     @property
+    def record_id(self) -> str:
+        return self.record.id
+
+    @property
+    def episode_id(self) -> str:
+        return self.record.episode_id
+
+    @property
     def is_message(self) -> bool:
-        return self.metadata.get("kind") == "message"
+        return self.record.is_message
 
 
 def resolve_window(scope: Scope) -> TimeWindow:
@@ -63,17 +70,17 @@ def resolve_window(scope: Scope) -> TimeWindow:
     return TimeWindow(start=start, end=end)
 
 
-def scope_filter(scope: Scope, window: TimeWindow, *, kinds: tuple[str, ...] | None = None) -> dict[str, Any] | None:
-    clauses: list[dict[str, Any]] = []
-    if kinds:
-        clauses.append({"kind": {"$in": list(kinds)}})
-    if scope.session_ids is not None and len(scope.session_ids) != 1:
-        clauses.append({"session_id": {"$in": list(scope.session_ids)}})
-    if window.start is not None:
-        clauses.append({"ts": {"$gte": to_epoch(window.start)}})
-    if window.end is not None:
-        clauses.append({"ts": {"$lt": to_epoch(window.end)}})
-    return where_all(clauses)
+def scope_filter(
+    scope: Scope, window: TimeWindow | None = None, *, kinds: tuple[RecordKind, ...] | None = None
+) -> RecordFilter:
+    """The records of a scope: its sessions and time window (``resolve_window(scope)`` unless given)."""
+    window = window if window is not None else resolve_window(scope)
+    return RecordFilter(
+        kinds=kinds,
+        session_ids=tuple(scope.session_ids) if scope.session_ids is not None else None,
+        since=to_epoch(window.start) if window.start is not None else None,
+        before=to_epoch(window.end) if window.end is not None else None,
+    )
 
 
 def rrf(rank: int | None) -> float:
@@ -81,26 +88,22 @@ def rrf(rank: int | None) -> float:
 
 
 class Searcher:
-    def __init__(self, *, store: ChromaStore, embedder: Embedder, keyword_cache_groups: int = 32) -> None:
-        self._store = store
+    def __init__(
+        self, *, vectors: VectorReader, log: LogReader, embedder: Embedder, keyword_cache_groups: int = 32
+    ) -> None:
+        self._vectors = vectors
+        self._log = log
         self._embedder = embedder
         self.keywords = KeywordCache(capacity=keyword_cache_groups)
         self._names_capacity = keyword_cache_groups
         self._learned: dict[str, tuple[KeywordIndex, dict[str, set[str]]]] = {}
         self.policy = ScoringPolicy()
 
-    @property
-    def _keyword(self) -> Any:
-        """group -> (version, KeywordIndex): what the BM25 cache holds (read by tests)."""
-        return self.keywords.entries
-
     # -- candidates ------------------------------------------------------------------------------
 
     def keyword_index(self, group_id: str) -> KeywordIndex:
         """The group's BM25 index; built once per change of the group's records, never per query."""
-        return self.keywords.get(
-            group_id, self._store.count_vectors(group_id), lambda: self._store.get_vectors(group_id)
-        )
+        return self.keywords.get(group_id, self._vectors.count(group_id), lambda: self._vectors.records(group_id))
 
     def forget_group(self, group_id: str) -> None:
         self.keywords.forget(group_id)
@@ -114,16 +117,16 @@ class Searcher:
         cached = self._learned.get(group_id)
         if cached is None or cached[0] is not index:
             messages = (
-                (str(r.metadata.get("producer_id") or ""), str(r.metadata.get("produced_for_id") or ""), r.document)
-                for r in sorted(index.records, key=lambda r: float(r.metadata.get("ts", 0.0)))
-                if r.metadata.get("kind") == "message"
+                (r.producer_id, r.produced_for_id, r.document)
+                for r in sorted(index.records, key=lambda r: r.timestamp)
+                if r.is_message
             )
             cached = (index, learned_names(messages))
             if len(self._learned) >= self._names_capacity:
                 self._learned.pop(next(iter(self._learned)), None)
             self._learned[group_id] = cached
-        config = self._store.get_group_config(group_id)
-        metadata = ([config.metadata] if config else []) + [s.metadata for s in self._store.list_sessions(group_id)]
+        config = self._log.get_group_config(group_id)
+        metadata = ([config.metadata] if config else []) + [s.metadata for s in self._log.list_sessions(group_id)]
         return merge_names(cached[1], configured_names(metadata))
 
     def embed_query(self, query: str) -> np.ndarray:
@@ -134,12 +137,11 @@ class Searcher:
     def candidates(self, group_id: str, query: str, scope: Scope, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
         window = resolve_window(scope)
-        where = scope_filter(scope, window)
-        single_session = scope.session_ids[0] if scope.session_ids and len(scope.session_ids) == 1 else None
-        hits = self._store.query(group_id, self.embed_query(query), k=depth, session_id=single_session, where=where)
+        selection = scope_filter(scope, window)
+        hits = self._vectors.query(group_id, self.embed_query(query), k=depth, selection=selection)
         vector_rank = {hit.id: rank for rank, hit in enumerate(hits)}
-        metadata = {hit.id: hit.metadata for hit in hits}
-        similarity = {hit.id: 1.0 - hit.distance for hit in hits}
+        records = {hit.id: hit.record for hit in hits}
+        similarity = {hit.id: hit.similarity for hit in hits}
 
         keyword_rank: dict[str, int] = {}
         keyword_score: dict[str, float] = {}
@@ -147,26 +149,24 @@ class Searcher:
             query,
             depth=depth,
             session_ids=scope.session_ids,
-            start=to_epoch(window.start) if window.start is not None else None,
-            end=to_epoch(window.end) if window.end is not None else None,
+            start=selection.since,
+            end=selection.before,
         )
         for rank, (record, score) in enumerate(top):
             keyword_rank[record.id] = rank
             keyword_score[record.id] = score
-            metadata.setdefault(record.id, record.metadata)
+            records.setdefault(record.id, record)
 
         candidates = [
             Candidate(
-                record_id=record_id,
-                episode_id=str(meta.get("episode_id", record_id)),
-                metadata=meta,
+                record=record,
                 vector=similarity.get(record_id, 0.0),
                 keyword=keyword_score.get(record_id, 0.0),
                 fused=rrf(vector_rank.get(record_id)) + rrf(keyword_rank.get(record_id)),
                 vector_rank=vector_rank.get(record_id),
                 keyword_rank=keyword_rank.get(record_id),
             )
-            for record_id, meta in metadata.items()
+            for record_id, record in records.items()
         ]
         candidates.sort(key=lambda candidate: (-candidate.fused, candidate.record_id))
         return candidates
@@ -203,7 +203,7 @@ class Searcher:
                         fused=fused,
                         recency=recency,
                     ),
-                    matched_message_ids=[str(item.metadata["message_id"]) for item in items if item.is_message],
+                    matched_message_ids=[item.record.message_id for item in items if item.is_message],
                 )
             )
         hits.sort(key=lambda hit: (-hit.score, hit.episode.uuid))
@@ -232,23 +232,23 @@ class Searcher:
         scored = score_messages(self, group_id, candidates, plain, self.policy)
         return {item.episode.uuid: max(item.scores) for item in scored if item.scores}
 
-    def _episode_records(self, group_id: str, episode_ids: list[str], *, vectors: bool) -> list[VectorRecord]:
-        if not episode_ids:
-            return []
-        records = self._store.get_vectors(group_id, ids=episode_ids, include_embeddings=vectors)
-        return [record for record in records if record.metadata.get("kind") in EPISODE_KINDS]
-
     def load_episodes_with_vectors(
         self, group_id: str, episode_ids: list[str]
     ) -> tuple[dict[str, Episode], dict[str, np.ndarray]]:
         """Episodes (and summaries) by id with their vectors, in one read."""
-        records = self._episode_records(group_id, episode_ids, vectors=True)
-        episodes = {record.id: episode_from_record(record.document, record.metadata) for record in records}
+        records = self._vectors.records(group_id, ids=episode_ids, embeddings=True) if episode_ids else []
+        records = [record for record in records if record.is_episode]
+        episodes = {record.id: record.episode() for record in records}
         return episodes, {record.id: record.embedding for record in records if record.embedding is not None}
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]:
-        records = self._episode_records(group_id, episode_ids, vectors=False)
-        return {record.id: episode_from_record(record.document, record.metadata) for record in records}
+        return {e.uuid: e for e in self._vectors.episodes(group_id, ids=episode_ids)} if episode_ids else {}
+
+    def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode | None:
+        """An episode or summary of one session by id."""
+        selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
+        found = self._vectors.episodes(group_id, ids=[episode_id], selection=selection)
+        return found[0] if found else None
 
     def source_messages(self, group_id: str, episode: Episode) -> list[Message]:
         if episode.source_episode_ids:  # a summary: its messages are those of the episodes it compacts
@@ -257,7 +257,7 @@ class Searcher:
                 m for source in sources if not source.source_episode_ids for m in self.source_messages(group_id, source)
             ]
             return sorted(found, key=lambda message: message.timestamp)
-        stored = self._store.get_messages(group_id, episode.session_id, list(episode.source_message_ids))
+        stored = self._log.get_messages(group_id, episode.session_id, list(episode.source_message_ids))
         messages = [stored[i].message for i in episode.source_message_ids if i in stored]
         return sorted(messages, key=lambda message: message.timestamp)
 
@@ -265,10 +265,11 @@ class Searcher:
         self, group_id: str, query: str, episodes: list[Episode], *, episode_centroid: float = 0.0
     ) -> dict[str, float]:
         """Exact cosine of the query with each episode and each of its messages, in one read;
-        keys are episode ids and message record ids (store.message_record_id). With
+        keys are episode ids and message record ids (records.message_record_id). With
         ``episode_centroid`` > 0 an episode's cosine is that share of the cosine with the centroid of
         its messages' vectors plus the rest of its own: the episode's vector is of its first
-        EPISODE_EMBED_CHARS characters (and the model reads 256 wordpieces), the centroid sees every turn."""
+        memory.text.EPISODE_EMBED_CHARS characters (and the model reads 256 wordpieces), the centroid
+        sees every turn."""
         message_ids = {
             episode.uuid: [message_record_id(episode.session_id, m) for m in episode.source_message_ids]
             for episode in episodes
@@ -277,7 +278,7 @@ class Searcher:
         if not ids:
             return {}
         query_vector = unit(self.embed_query(query))
-        records = self._store.get_vectors(group_id, ids=ids, include_embeddings=True)
+        records = self._vectors.records(group_id, ids=ids, embeddings=True)
         directions = {record.id: unit(record.embedding) for record in records if record.embedding is not None}
         cosine = {record_id: float(direction @ query_vector) for record_id, direction in directions.items()}
         if episode_centroid > 0:
@@ -297,7 +298,7 @@ class Searcher:
         wanted: dict[str, list[str]] = defaultdict(list)
         for episode in episodes:
             wanted[episode.session_id] += episode.source_message_ids
-        stored = {session: self._store.get_messages(group_id, session, ids) for session, ids in wanted.items()}
+        stored = {session: self._log.get_messages(group_id, session, ids) for session, ids in wanted.items()}
         found: dict[str, list[Message]] = {}
         for episode in episodes:
             by_id = stored.get(episode.session_id, {})

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from dataclasses import replace
 
 from memory.errors import InvalidInputError
-from memory.store import ChromaStore, episode_from_record, where_all
-from memory.timeutil import to_epoch
-from retrieval.search import EPISODE_KINDS, resolve_window
+from memory.store.protocols import VectorReader
+from memory.store.records import EPISODE_KINDS
+from retrieval.search import scope_filter
 from retrieval.types import Direction, Scope, TimelinePage
 
 
@@ -32,7 +32,7 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
 
 
 def timeline(
-    store: ChromaStore,
+    vectors: VectorReader,
     group_id: str,
     *,
     session_id: str | None = None,
@@ -42,20 +42,18 @@ def timeline(
     direction: Direction = Direction.ASC,
 ) -> TimelinePage:
     scope = scope or Scope()
-    window = resolve_window(scope)
-    clauses: list[dict[str, Any]] = [{"kind": {"$in": list(EPISODE_KINDS)}}]
-    if window.start is not None:
-        clauses.append({"ts": {"$gte": to_epoch(window.start)}})
-    if window.end is not None:
-        clauses.append({"ts": {"$lt": to_epoch(window.end)}})
+    if session_id is not None:
+        scope = scope.model_copy(update={"session_ids": [session_id]})
+    selection = scope_filter(scope, kinds=EPISODE_KINDS)
     after: tuple[float, str] | None = decode_cursor(cursor) if cursor else None
-    if after is not None:
-        clauses.append({"ts": {"$gte": after[0]} if direction is Direction.ASC else {"$lte": after[0]}})
-    if session_id is None and scope.session_ids is not None:
-        clauses.append({"session_id": {"$in": list(scope.session_ids)}})
-    records = store.get_vectors(group_id, session_id=session_id, where=where_all(clauses))
+    if after is not None:  # the cursor's own time again: ties are told apart by id below
+        if direction is Direction.ASC:
+            selection = replace(selection, since=max(after[0], selection.since or after[0]))
+        else:
+            selection = replace(selection, until=after[0])
+    records = vectors.records(group_id, selection=selection)
     keyed = sorted(
-        ((float(record.metadata["ts"]), record.id, record) for record in records),
+        ((record.timestamp, record.id, record) for record in records),
         key=lambda item: (item[0], item[1]),
         reverse=direction is Direction.DESC,
     )
@@ -65,6 +63,5 @@ def timeline(
         else:
             keyed = [item for item in keyed if (item[0], item[1]) < after]
     page = keyed[:limit]
-    episodes = [episode_from_record(record.document, record.metadata) for _, _, record in page]
     next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(keyed) > limit else None
-    return TimelinePage(episodes=episodes, next_cursor=next_cursor)
+    return TimelinePage(episodes=[record.episode() for _, _, record in page], next_cursor=next_cursor)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from memory.errors import InvalidInputError
+from memory.timeutil import shift
 
 _MONTHS = {
     name: index
@@ -85,17 +86,6 @@ def _count(raw: str) -> int:
     return int(raw) if raw.isdigit() else _NUMBERS[raw]
 
 
-def _shift(moment: datetime, unit: str, amount: int) -> datetime:
-    if unit == "day":
-        return moment + timedelta(days=amount)
-    if unit == "week":
-        return moment + timedelta(weeks=amount)
-    if unit == "month":
-        start = _month_start(moment.year, moment.month + amount, moment.tzinfo)  # type: ignore[arg-type]
-        return moment.replace(year=start.year, month=start.month, day=min(moment.day, 28))
-    return moment.replace(year=moment.year + amount, day=min(moment.day, 28))
-
-
 def _unit_window(now: datetime, unit: str, offset: int) -> tuple[datetime, datetime]:
     """The calendar day/week/month/year ``offset`` units from the one containing ``now``."""
     tz = now.tzinfo
@@ -146,14 +136,14 @@ def _parse(phrase: str, now: datetime, tz: ZoneInfo) -> tuple[datetime | None, d
         return _unit_window(now, match.group(2), offset)
     if match := re.fullmatch(rf"{_COUNT}\s+{_UNIT}\s+ago", phrase):
         unit = match.group(2)
-        moment = _shift(now, unit, -_count(match.group(1)))
+        moment = shift(now, unit, -_count(match.group(1)))
         return (
             _unit_window(moment, unit if unit != "year" else "year", 0)
             if unit != "day"
             else _unit_window(moment, "day", 0)
         )
     if match := re.fullmatch(rf"(?:the\s+)?(?:past|last)\s+{_COUNT}\s+{_UNIT}", phrase):
-        return _shift(now, match.group(2), -_count(match.group(1))), now
+        return shift(now, match.group(2), -_count(match.group(1))), now
     if match := re.fullmatch(r"(last\s+)?(" + "|".join(_WEEKDAYS) + r")", phrase):
         target = _WEEKDAYS.index(match.group(2))
         back = (now.weekday() - target) % 7 or 7

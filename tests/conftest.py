@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,8 +21,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from api.facade import Epimem  # noqa: E402
-from memory.embedding import SentenceTransformerEmbedder  # noqa: E402
-from memory.settings import Settings  # noqa: E402
+from api.settings import Settings  # noqa: E402
+from memory.embedding.embedder import SentenceTransformerEmbedder  # noqa: E402
 
 BACKENDS = ("embedded", "server")
 
@@ -122,8 +123,9 @@ def make_service(
 ) -> Iterator[Callable[..., Epimem]]:
     services: list[Epimem] = []
 
-    def make(*, background: bool = False, **overrides: object) -> Epimem:
-        service = Epimem.from_settings(settings_for(**overrides), background=background, embedder=embedder)
+    def make(*, background: bool = False, generator: Any = None, **overrides: object) -> Epimem:
+        settings = settings_for(**overrides)
+        service = Epimem.from_settings(settings, background=background, embedder=embedder, generator=generator)
         services.append(service)
         return service
 

@@ -11,7 +11,7 @@ import pytest
 from api.facade import Epimem
 from api.schemas import GroupConfigurationIn
 from memory.errors import InvalidInputError
-from memory.importers import normalise_realtalk_evidence, read_realtalk
+from memory.ingest.importers import normalise_realtalk_evidence, read_realtalk
 from memory.models import GroupConfiguration, SessionInfo
 from retrieval.names import configured_names, learned_names, named_in
 

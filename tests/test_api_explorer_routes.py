@@ -14,9 +14,9 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import GroupConfiguration, SessionInfo
-from memory.settings import Settings
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
 ADMIN_KEY = "admin-key-0123456789"

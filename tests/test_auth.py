@@ -19,9 +19,9 @@ from api.app import create_app
 from api.auth import KeyRing
 from api.facade import Epimem
 from api.logs import JsonFormatter
-from memory.embedding import SentenceTransformerEmbedder
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError
-from memory.settings import Settings
 
 KEYS = {
     "admin-a": {"key": "admin-a-0123456789abcdef", "groups": ["team-a", "proj-*"], "role": "admin"},

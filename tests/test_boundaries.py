@@ -19,17 +19,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.boundaries import FEATURES, Turn, gap_features, gap_scores
-from memory.embedding import SentenceTransformerEmbedder
-from memory.ingestion import message_embedding_text
-from memory.models import BoundaryReason, Message
-from memory.segmentation import (
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.episodes.boundaries import FEATURES, Turn, gap_features, gap_scores
+from memory.episodes.segmentation import (
     SegmentationPolicy,
     choose_cuts,
     decide_gaps,
     selection_threshold,
     split_messages,
 )
+from memory.models import BoundaryReason, Message
+from memory.text import message_line
 
 T0 = datetime(2024, 3, 1, 18, 0, tzinfo=UTC)
 DOC = Path(__file__).resolve().parents[1] / "docs" / "episodes.md"
@@ -61,7 +61,7 @@ def messages_from(turns: Sequence[tuple[str, str]], minutes: Sequence[float] | N
 
 
 def vectors_for(embedder: SentenceTransformerEmbedder, messages: Sequence[Message]) -> np.ndarray:
-    return embedder.embed_batch([message_embedding_text(m) for m in messages])
+    return embedder.embed_batch([message_line(m) for m in messages])
 
 
 # -- scores ------------------------------------------------------------------------------------------

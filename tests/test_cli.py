@@ -16,7 +16,7 @@ from conftest import free_port
 from typer.testing import CliRunner
 
 from api.cli import app
-from memory.embedding import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 runner = CliRunner()
 

@@ -18,21 +18,14 @@ from pydantic import ValidationError
 
 from api.app import create_app
 from api.client import AsyncEpimemClient, EpimemClient
+from api.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.errors import (
-    ConflictError,
-    ForbiddenError,
-    InvalidInputError,
-    NotFoundError,
-    PayloadTooLargeError,
-    UnauthorizedError,
-)
-from memory.ingestion import AddReceipt
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.errors import ConflictError, InvalidInputError, NotFoundError
+from memory.lifecycle.transfer import ImportReceipt
 from memory.models import Episode, GroupConfiguration, SessionInfo
-from memory.settings import Settings
-from memory.store import DeletionReceipt
-from memory.transfer import ImportReceipt
+from memory.receipts import AddReceipt, DeletionReceipt
 from retrieval.types import SearchHit, TimelinePage
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)

@@ -27,9 +27,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from api.facade import Epimem
-from memory.coordination import LeaseCoordinator, LeaseLostError, SessionBusyError
+from memory.episodes.generation import OfflineEpisodeGenerator
 from memory.errors import ConflictError
-from memory.models import MessageState
+from memory.ingest.coordination import LeaseCoordinator, LeaseLostError, SessionBusyError
+from memory.models import Episode, MessageState, Segment
+from memory.store.records import RecordFilter
 
 T0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,17 +58,19 @@ def assert_consistent(
     message points at a stored episode that lists it; after a flush every message is in exactly one
     episode.
     """
-    store = service.store
-    index_episodes = [r for r in store.get_vectors(group_id) if r.metadata.get("kind") == "episode"]
+    log, vectors = service.memory.store.log, service.memory.store.vectors
+    index_episodes = [r for r in vectors.records(group_id) if r.kind == "episode"]
     sessions_with_vectors = {str(r.metadata["session_id"]) for r in index_episodes}
     assert sessions_with_vectors <= set(expected), "episodes of a deleted or unknown session remain"
     for session_id, messages in expected.items():
-        stored = store.list_messages(group_id, session_id)
+        stored = log.list_messages(group_id, session_id)
         ids = [s.message.id for s in stored]
         assert len(ids) == len(set(ids)), "a message is stored twice"
         assert {s.message.id: s.message.content for s in stored} == dict(messages), "lost or altered messages"
         partition = [
-            r for r in store.get_vectors(group_id, session_id=session_id) if r.metadata.get("kind") == "episode"
+            r
+            for r in vectors.records(group_id, selection=RecordFilter(session_ids=(session_id,)))
+            if r.kind == "episode"
         ]
         in_index = sorted(r.id for r in index_episodes if r.metadata["session_id"] == session_id)
         assert sorted(r.id for r in partition) == in_index, "partition and group index disagree"
@@ -93,7 +97,7 @@ def assert_consistent(
 
 def test_chroma_add_is_first_writer_wins(service: Epimem, group_id: str) -> None:
     """``add`` of an existing id is ignored on this backend, also under concurrency."""
-    store = service.store
+    store = service.memory.store.log
     for epoch in range(10):
         winners: list[str] = []
 
@@ -112,7 +116,9 @@ def test_chroma_add_is_first_writer_wins(service: Epimem, group_id: str) -> None
 
 def test_lease_is_exclusive_between_servers(service: Epimem, group_id: str) -> None:
     """Three coordinators (as three servers would have) never hold one session at the same time."""
-    coordinators = [LeaseCoordinator(service.store, node_id=f"node{i}", ttl_s=10, wait_s=60) for i in range(3)]
+    coordinators = [
+        LeaseCoordinator(service.memory.store.log, node_id=f"node{i}", ttl_s=10, wait_s=60) for i in range(3)
+    ]
     inside: list[str] = []
     overlaps: list[list[str]] = []
     entries = Counter[str]()
@@ -136,22 +142,22 @@ def test_lease_is_exclusive_between_servers(service: Epimem, group_id: str) -> N
     assert not overlaps
     assert entries == {"node0": 4, "node1": 4, "node2": 4}
     # Old epochs are cleaned up: at most the last two remain.
-    assert len(service.store.lease_records(group_id, "s")) <= 2
+    assert len(service.memory.store.log.lease_records(group_id, "s")) <= 2
     for coordinator in coordinators:
         coordinator.close()
 
 
 def test_expired_lease_is_taken_over_and_the_stalled_holder_cannot_write(service: Epimem, group_id: str) -> None:
-    stalled = LeaseCoordinator(service.store, node_id="stalled", ttl_s=0.6, wait_s=5)
+    stalled = LeaseCoordinator(service.memory.store.log, node_id="stalled", ttl_s=0.6, wait_s=5)
     stalled.close()  # no renewals: as if the process froze
-    other = LeaseCoordinator(service.store, node_id="other", ttl_s=10, wait_s=0.3)
+    other = LeaseCoordinator(service.memory.store.log, node_id="other", ttl_s=10, wait_s=0.3)
     with stalled.hold([(group_id, "s")]):
         with pytest.raises(SessionBusyError) as busy:
             with other.hold([(group_id, "s")]):
                 pass
         assert busy.value.status_code == 503 and busy.value.retry_after >= 1
         time.sleep(0.8)  # past the stalled holder's expiry
-        other_long = LeaseCoordinator(service.store, node_id="other", ttl_s=10, wait_s=5)
+        other_long = LeaseCoordinator(service.memory.store.log, node_id="other", ttl_s=10, wait_s=5)
         with other_long.hold([(group_id, "s")]):
             with pytest.raises(LeaseLostError):
                 stalled.verify([(group_id, "s")])
@@ -203,14 +209,7 @@ def test_two_servers_flushing_one_session(make_service: Callable[..., Epimem], g
     lease coordinator: overlapping batches land while the other one is forming. Without the lease
     (LocalCoordinator on each) this scenario puts messages into two episodes."""
     first = make_service(coordination="lease", auto_flush_pending=100, episode_max_messages=4)
-    second = Epimem(
-        settings=first.settings,
-        store=first.store,
-        embedder=first.embedder,
-        generator=first.generator,
-        background=False,
-        coordinator=LeaseCoordinator(first.store, node_id="second", ttl_s=10),
-    )
+    second = make_service(coordination="lease", auto_flush_pending=100, episode_max_messages=4, node_id="second")
     ids: set[int] = set()
     for r in range(3):
         barrier = threading.Barrier(2)
@@ -240,14 +239,35 @@ def test_two_servers_flushing_one_session(make_service: Callable[..., Epimem], g
     assert_consistent(first, group_id, expected, flushed=True)
 
 
+class _BlockedGenerator(OfflineEpisodeGenerator):
+    """Offline episodes, but each waits until the test lets it go (a slow LLM)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def generate(self, segment: Segment, *, group_id: str, session_id: str, episode_id: str) -> Episode:
+        self.started.set()
+        assert self.release.wait(60)
+        return super().generate(segment, group_id=group_id, session_id=session_id, episode_id=episode_id)
+
+
 def test_a_slow_formation_does_not_delay_adds(make_service: Callable[..., Epimem], group_id: str) -> None:
     """Adds take their own lock: a formation holding the session (e.g. on a slow LLM) does not block them."""
-    service = make_service()
+    generator = _BlockedGenerator()
+    service = make_service(generator=generator)
     service.add_messages(group_id, "s", [message(i) for i in range(3)])
-    with service.ingestor.session_lock(group_id, "s"):  # what a formation holds
+    flush = threading.Thread(target=service.flush, args=(group_id, "s"))
+    flush.start()
+    try:
+        assert generator.started.wait(60), "the formation should be generating (holding the session)"
         started = time.perf_counter()
         receipt = service.add_messages(group_id, "s", [message(i) for i in range(3, 6)])
         assert time.perf_counter() - started < 5
+    finally:
+        generator.release.set()
+        flush.join(60)
     assert receipt.accepted == [message(i)["id"] for i in range(3, 6)]
 
 

@@ -25,7 +25,7 @@ from conftest import free_port
 from test_concurrency import ROOT, assert_consistent, message
 
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 SESSIONS = ("s0", "s1", "s2")
 
@@ -72,7 +72,10 @@ def check_after_restart(
 ) -> int:
     """Everything acknowledged is there, verbatim; everything is in exactly one episode; every
     collection opens and answers a query. Returns the number of stored messages."""
-    stored = {s: {m.message.id: m.message.content for m in service.store.list_messages(group_id, s)} for s in SESSIONS}
+    stored = {
+        s: {m.message.id: m.message.content for m in service.memory.store.log.list_messages(group_id, s)}
+        for s in SESSIONS
+    }
     for session in SESSIONS:
         missing = acked[session] - set(stored[session])
         assert not missing, f"acknowledged messages lost: {sorted(missing)[:5]}"
@@ -81,7 +84,7 @@ def check_after_restart(
         assert all(content == sent_content(session, mid) for mid, content in stored[session].items())
     assert_consistent(service, group_id, stored, flushed=True)
     probe = embedder.embed_query("a note about hiking")
-    client = service.store._client  # every collection, not only the ones our code paths open
+    client = service.memory.store.connection.client  # every collection, not only the ones our code paths open
     for collection in client.list_collections():
         opened = client.get_collection(collection.name, embedding_function=None)
         count = opened.count()

@@ -13,9 +13,9 @@ from test_lifecycle_support import REFERENCE, T0, cached_keyword_text, chat, sca
 
 from api.facade import Epimem
 from memory.errors import NotFoundError
+from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import EpisodeType
-from memory.store import message_record_id, partition_name
-from memory.summaries import GROUP_SUMMARY_SESSION
+from memory.store.codec import message_record_id, partition_name
 
 
 def _marker() -> str:
@@ -63,7 +63,7 @@ def test_delete_message_repairs_its_episode_and_summary(service: Epimem, group_i
     assert [m.id for m in service.history(group_id, "s1")] == ["s1-a-1", "s1-a-2"]
 
     needles = [marker, secret, message_record_id("s1", secret)]
-    assert scan_client(service.store._client, needles) == []
+    assert scan_client(service.memory.store.connection.client, needles) == []
     assert marker not in cached_keyword_text(service)
     assert all(marker not in hit.episode.content for hit in service.search(group_id, marker, k=20))
     assert marker not in cached_keyword_text(service)
@@ -83,7 +83,12 @@ def test_deleting_the_last_messages_removes_episode_and_summary(service: Epimem,
     assert last.episodes == [episode.uuid] and last.summaries == [summary.uuid]
     assert service.timeline(group_id).episodes == []
     local = ["only-0", "only-1"]
-    assert scan_client(service.store._client, [episode.uuid, summary.uuid], local=local, group_id=group_id) == []
+    assert (
+        scan_client(
+            service.memory.store.connection.client, [episode.uuid, summary.uuid], local=local, group_id=group_id
+        )
+        == []
+    )
 
 
 def test_delete_episode_and_summary(service: Epimem, group_id: str) -> None:
@@ -105,14 +110,16 @@ def test_delete_episode_and_summary(service: Epimem, group_id: str) -> None:
     assert doomed.uuid not in rebuilt.source_episode_ids and rebuilt.unit_count == 3
     assert [m.id for m in service.history(group_id, "s1")] == ["s1-b-0", "s1-b-1"]
     local = list(doomed.source_message_ids)
-    assert scan_client(service.store._client, [marker, doomed.uuid], local=local, group_id=group_id) == []
+    assert (
+        scan_client(service.memory.store.connection.client, [marker, doomed.uuid], local=local, group_id=group_id) == []
+    )
 
     # Deleting a summary keeps its sources and clears their marks.
     receipt = service.delete_episode(group_id, GROUP_SUMMARY_SESSION, summary.uuid)
     assert receipt.summaries == [summary.uuid] and receipt.vectors == 2
     remaining = service.timeline(group_id, limit=500).episodes
     assert len(remaining) == 3 and all(e.summarised_by is None for e in remaining)
-    assert scan_client(service.store._client, [summary.uuid]) == []
+    assert scan_client(service.memory.store.connection.client, [summary.uuid]) == []
 
 
 def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_id: str) -> None:
@@ -124,27 +131,30 @@ def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_
     s1_episodes = [e.uuid for e in service.timeline(group_id, session_id="s1").episodes]
     service.search(group_id, "hiking", k=5)
     s1_partition = partition_name(group_id, "s1")
-    assert s1_partition in service.store.cached_handles()
+    assert s1_partition in service.memory.store.connection.cached()
 
     receipt = service.delete_session(group_id, "s1")
     assert sorted(receipt.episodes) == sorted(s1_episodes)
     assert "s1-pending-0" in receipt.messages and "s1-a-0" in receipt.messages
     assert receipt.collections == [s1_partition] and receipt.repaired == [summary.uuid]
-    assert s1_partition not in service.store.cached_handles()
+    assert s1_partition not in service.memory.store.connection.cached()
     rebuilt = service.get_episode(group_id, GROUP_SUMMARY_SESSION, summary.uuid)
     assert not set(s1_episodes) & set(rebuilt.source_episode_ids) and rebuilt.unit_count == 2
     local = ["s1-a-0", "s1-pending-0", message_record_id("s1", "s1-a-0"), partition_name(group_id, "s1")]
-    assert scan_client(service.store._client, [marker_s1, *s1_episodes], local=local, group_id=group_id) == []
+    assert (
+        scan_client(service.memory.store.connection.client, [marker_s1, *s1_episodes], local=local, group_id=group_id)
+        == []
+    )
     assert marker_s1 not in cached_keyword_text(service)
     assert [s.session_id for s in service.list_sessions(group_id)] == ["s2"]
 
     service.search(group_id, "hiking", k=5)
     receipt = service.delete_group(group_id)
     assert receipt.collections and receipt.vectors > 0 and receipt.log_records > 0
-    assert scan_client(service.store._client, [group_id, marker_s2, summary.uuid]) == []
-    assert not [name for name in service.store.cached_handles() if name in receipt.collections]
-    assert group_id not in service.searcher._keyword and marker_s2 not in cached_keyword_text(service)
-    assert group_id not in service.store.list_groups()
+    assert scan_client(service.memory.store.connection.client, [group_id, marker_s2, summary.uuid]) == []
+    assert not [name for name in service.memory.store.connection.cached() if name in receipt.collections]
+    assert group_id not in service.searcher.keywords.entries and marker_s2 not in cached_keyword_text(service)
+    assert group_id not in service.list_groups()
     again = service.delete_group(group_id)
     assert again.collections == [] and again.vectors == 0 and again.log_records == 0
 
@@ -209,9 +219,9 @@ def test_group_delete_under_concurrent_writes(service: Epimem, group_id: str) ->
     # Everything the group holds belongs to a kept add: sessions, vectors, episodes.
     kept_sessions = {s for s, _ in kept}
     assert {info.session_id for info in service.list_sessions(group_id)} == kept_sessions
-    for record in service.store.get_vectors(group_id):
+    for record in service.memory.store.vectors.records(group_id):
         assert record.metadata["session_id"] in kept_sessions
         if record.metadata["kind"] == "message":
             assert (record.metadata["session_id"], record.metadata["message_id"]) in kept
     assert service.delete_group(group_id).log_records > 0
-    assert service.store.group_collection_names(group_id) == []
+    assert [name for name, _ in service.memory.store.admin.epimem_collections(group_id)] == []

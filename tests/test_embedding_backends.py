@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 TEXTS = [
     "A man is eating food.",

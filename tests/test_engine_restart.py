@@ -14,9 +14,9 @@ from pathlib import Path
 from conftest import ChromaServer
 
 from api.facade import Epimem
-from memory.connection import open_connection
-from memory.embedding import SentenceTransformerEmbedder
-from memory.settings import Settings
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.store.connection import open_connection
 
 
 def chat(session: int, count: int = 4) -> list[dict[str, str]]:
@@ -42,7 +42,7 @@ def test_reads_stay_correct_across_engine_restarts(tmp_path: Path, embedder: Sen
             service.flush(group, f"s{session}")
         service.delete_message(group, "s2", "s2-m0")
         service.delete_session(group, "s5")
-        restarts_before = service.store.connection.restarts
+        restarts_before = service.memory.store.connection.restarts
         assert restarts_before >= 2  # 8 partitions, their log and index: several bounds passed
 
         def read(session: int) -> list[str]:
@@ -51,7 +51,7 @@ def test_reads_stay_correct_across_engine_restarts(tmp_path: Path, embedder: Sen
 
         with ThreadPoolExecutor(max_workers=4) as pool:  # concurrent reads while restarts happen
             results = list(pool.map(read, [s for s in range(8) for _ in range(3)]))
-        assert service.store.connection.restarts > restarts_before
+        assert service.memory.store.connection.restarts > restarts_before
         for session, found in zip([s for s in range(8) for _ in range(3)], results, strict=True):
             expected = [m["id"] for m in chat(session)]
             if session == 2:
@@ -76,20 +76,21 @@ MEMORY_SCRIPT = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import numpy as np, psutil
-    from memory.connection import open_connection
-    from memory.store import ChromaStore, VectorRecord
+    from memory.store.connection import open_connection
+    from memory.store.factory import open_store
+    from memory.store.records import RecordFilter, VectorRecord
 
     data_dir, recycle_after = Path(sys.argv[1]), int(sys.argv[2])
-    store = ChromaStore(connection=open_connection(data_dir=data_dir, host=None, port=0, recycle_after=recycle_after),
-                        model_id="test:384")
+    store = open_store(open_connection(data_dir=data_dir, host=None, port=0, recycle_after=recycle_after),
+                       model_id="test:384")
     rng = np.random.default_rng(1)
     before = psutil.Process().memory_info().rss
     for i in range(60):
         vectors = rng.standard_normal((20, 384)).astype(np.float32)
         records = [VectorRecord(id=f"e{i}-{j}", document="x", metadata={"kind": "episode"}, embedding=v)
                    for j, v in enumerate(vectors)]
-        store.upsert_vectors("g", f"s{i}", records)
-        assert len(store.query("g", vectors[0], k=30, session_id=f"s{i}")) == 20
+        store.vectors.upsert("g", f"s{i}", records)
+        assert len(store.vectors.query("g", vectors[0], k=30, selection=RecordFilter(session_ids=(f"s{i}",)))) == 20
     grown = (psutil.Process().memory_info().rss - before) / 2**20
     print(json.dumps({"grown_mb": grown, "restarts": store.connection.restarts}))
     """

@@ -19,11 +19,11 @@ import pytest
 from conftest import ChromaServer
 from test_lifecycle_support import T0, chat, two_episode_session
 
-import memory.connection as connection_module
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.erasure import residue_collections
-from memory.settings import Settings
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.store.connection import close_embedded
+from memory.store.erasure import residue_collections
 
 
 @pytest.fixture
@@ -55,10 +55,7 @@ def scan_folder(folder: Path, needles: list[str]) -> list[tuple[str, str]]:
 
 def _stop_engine(data_dir: Path) -> None:
     """Stop the process's embedded engine on the folder, as a server shutdown would."""
-    path = str((data_dir / "chroma").resolve())
-    connection = connection_module._EMBEDDED.pop(path, None)
-    assert connection is not None
-    connection_module._stop_embedded(path)
+    assert close_embedded(data_dir)
 
 
 def _kept_view(service: Epimem, group_id: str) -> tuple[list, list, list]:
@@ -111,12 +108,12 @@ def test_deletes_leave_no_byte_in_the_data_folder(make_embedded: Callable[[], Ep
 
     again = make_embedded()
     assert _kept_view(again, group) == before
-    assert other not in again.store.list_groups()
+    assert other not in again.list_groups()
     assert session_id not in [s.session_id for s in again.list_sessions(group)]
     for word in words.values():
         assert all(word not in h.episode.content for h in again.search(group, word, k=20))
     assert secret_id not in [m.id for m in again.history(group, "msgs")]
-    assert again.store.connection.erase() is not None  # a later erasure finds nothing to rebuild
+    assert again.memory.store.connection.erase() is not None  # a later erasure finds nothing to rebuild
 
 
 def _fill_server_folder(port: int, marker: str, keep: str) -> None:

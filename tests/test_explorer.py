@@ -25,9 +25,9 @@ from conftest import free_port
 
 from api.app import create_app
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import SessionInfo
-from memory.settings import Settings
 
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 SIZE = {"width": 1280, "height": 800}

@@ -30,11 +30,13 @@ def _results(service: Epimem, group_id: str) -> list[list[tuple[str, float]]]:
 
 def _state(service: Epimem, group_id: str) -> dict:
     history = {
-        s.session_id: [(m.message, m.state, m.episode_id) for m in service.store.list_messages(group_id, s.session_id)]
+        s.session_id: [
+            (m.message, m.state, m.episode_id) for m in service.memory.store.log.list_messages(group_id, s.session_id)
+        ]
         for s in service.list_sessions(group_id)
     }
     episodes = [e.model_copy(update={"group_id": "-"}) for e in service.timeline(group_id, limit=500).episodes]
-    return {"history": history, "episodes": episodes, "vectors": service.store.count_vectors(group_id)}
+    return {"history": history, "episodes": episodes, "vectors": service.vector_count(group_id)}
 
 
 def test_export_import_restores_identical_search(service: Epimem, make_service, tmp_path, group_id: str) -> None:
@@ -64,7 +66,7 @@ def test_export_import_restores_identical_search(service: Epimem, make_service, 
     assert _state(target, restored) == _state(service, group_id)
     # The restored group works as a live one: the pending message forms its episode.
     assert target.flush(restored, "s2")
-    assert {s.state for s in target.store.list_messages(restored, "s2")} == {MessageState.DONE}
+    assert {s.state for s in target.memory.store.log.list_messages(restored, "s2")} == {MessageState.DONE}
 
 
 def test_import_with_another_model_reembeds(service: Epimem, group_id: str) -> None:
@@ -107,7 +109,7 @@ def test_bad_files_are_refused_before_anything_is_written(service: Epimem, group
     for name, bad in bad_files.items():
         with pytest.raises(InvalidInputError):
             service.import_group(bad, group_id=target)
-        assert service.store.group_collection_names(target) == [], name
+        assert [name for name, _ in service.memory.store.admin.epimem_collections(target)] == [], name
     with pytest.raises(InvalidInputError):
         service.import_group(lines, group_id="")
     with pytest.raises(NotFoundError):

@@ -15,7 +15,7 @@ from test_concurrency import assert_consistent, message
 from test_crash import Server, child_env
 
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import StoreUnavailableError
 from memory.models import GenerationMethod
 
@@ -155,7 +155,9 @@ def test_a_slow_llm_blocks_neither_adds_nor_search(make_service: Callable[..., E
         llm.script(*slow)
         service.add_messages(group_id, "s", [message(i) for i in range(3, 12)])  # triggers a formation
         time.sleep(0.5)
-        assert service.worker is not None and not service.wait_idle(0.1), "the formation should be in progress"
+        assert service.stats().formation_queue is not None and not service.wait_idle(0.1), (
+            "the formation should be in progress"
+        )
         latencies = []
         for i in range(5):
             started = time.perf_counter()

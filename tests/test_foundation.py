@@ -131,7 +131,7 @@ def test_any_scope_id_maps_to_a_valid_partition(service: Epimem, scope_id: str) 
 
 
 def test_delete_session_and_group_leave_nothing(service: Epimem, group_id: str) -> None:
-    before = set(service.store.collection_names()) | {"epm-registry"}
+    before = set(service.memory.store.admin.collection_names()) | {"epm-registry"}
     service.add_messages(group_id, "s1", conversation(3))
     service.add_messages(group_id, "s2", conversation(3))
     service.flush(group_id, "s1")
@@ -141,8 +141,8 @@ def test_delete_session_and_group_leave_nothing(service: Epimem, group_id: str) 
     assert all(hit.episode.session_id == "s2" for hit in service.search(group_id, "hiking", k=10))
     assert service.history(group_id, "s1") == []
     service.delete_group(group_id)
-    assert set(service.store.collection_names()) == before
-    assert group_id not in service.store.list_groups()
+    assert set(service.memory.store.admin.collection_names()) == before
+    assert group_id not in service.list_groups()
     assert service.search(group_id, "hiking") == []
     # Deleting again is a no-op, not an error.
     again = service.delete_group(group_id)
@@ -155,7 +155,7 @@ def test_messages_survive_a_restart_and_recover_into_episodes(make_service, grou
     first.close()
     second = make_service()
     assert [m.id for m in second.history(group_id, "s1")] == ["m0", "m1", "m2", "m3"]
-    stored = second.store.list_messages(group_id, "s1")
+    stored = second.memory.store.log.list_messages(group_id, "s1")
     assert {s.state for s in stored} == {MessageState.PENDING}
     episodes = [e for e in second.recover() if e.group_id == group_id]  # the tail (2023) is idle: formed too
     assert sorted(mid for e in episodes for mid in e.source_message_ids) == ["m0", "m1", "m2", "m3"]

@@ -7,21 +7,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.errors import StoreUnavailableError
-from memory.generation import (
+from memory.episodes.generation import (
     GenerationJob,
     GeneratorStats,
     OfflineEpisodeGenerator,
     batch_generate_episodes,
     episode_id_for,
-    get_generator_stats,
     validate_episode,
 )
-from memory.llm import LLMError, parse_json_object
-from memory.llm_generator import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, resolve_timestamp, sanitise_episode
+from memory.episodes.llm_generator import MAX_CONTENT_CHARS, MAX_TITLE_CHARS, resolve_timestamp, sanitise_episode
+from memory.episodes.offline import main_subject, offline_title
+from memory.episodes.prompts import PROMPT_VERSION, episode_messages, format_conversation
+from memory.errors import StoreUnavailableError
+from memory.llm.client import LLMError, parse_json_object
 from memory.models import BoundaryReason, Episode, GenerationMethod, Message, Segment
-from memory.offline import main_subject, offline_title
-from memory.prompts import PROMPT_VERSION, episode_messages, format_conversation
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -60,7 +59,7 @@ def test_format_conversation_has_speakers_absolute_utc_times_and_captions() -> N
     assert lines[0] == (
         "[Mon 2023-05-08 13:56 UTC] Caroline: I went to the LGBTQ support group yesterday, it was so powerful."
     )
-    assert lines[2].endswith("[shares an image: a photo of a lake at sunset]")
+    assert lines[2].endswith("[shared an image: a photo of a lake at sunset]")
     numbered = format_conversation(SUPPORT.messages, numbered=True)
     assert numbered.splitlines()[1].startswith("2. [Mon 2023-05-08 13:57 UTC] Melanie: ")
 
@@ -209,7 +208,7 @@ def test_offline_episode_is_deterministic_and_keeps_who_said_what_and_when() -> 
     assert "Caroline said: I went to the LGBTQ support group yesterday (7 May 2023)" in first.content
     assert "last week (week of 1 May 2023)" in first.content
     assert "[shared an image: a photo of a lake at sunset]" in first.content
-    assert get_generator_stats(OfflineEpisodeGenerator()).model == "offline"
+    assert OfflineEpisodeGenerator().stats().model == "offline"
 
 
 def test_offline_title_names_the_speakers_the_date_and_the_main_subject() -> None:

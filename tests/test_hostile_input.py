@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from api.app import create_app
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.settings import Settings
-from memory.summaries import GROUP_SUMMARY_SESSION
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 
 GROUP = "hostile"
 S = f"/v1/groups/{GROUP}/sessions/base"

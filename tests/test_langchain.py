@@ -22,9 +22,9 @@ from test_client import Server
 from api.client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
-from memory.embedding import SentenceTransformerEmbedder
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
-from memory.settings import Settings
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
 LINES = [

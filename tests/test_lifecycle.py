@@ -13,12 +13,11 @@ import pytest
 from test_lifecycle_support import REFERENCE, T0, chat, two_episode_session
 
 from api.facade import Epimem
-from memory.connection import open_connection
+from memory.episodes.generation import GeneratorStats, OfflineEpisodeGenerator
 from memory.errors import EpimemError, InvalidInputError, ModelMismatchError
-from memory.generation import GeneratorStats, OfflineEpisodeGenerator
+from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, PLAN_KIND, Summariser
 from memory.models import Episode, EpisodeType, GenerationMethod, Segment
-from memory.store import ChromaStore
-from memory.summaries import GROUP_SUMMARY_SESSION, PLAN_KIND, Summariser
+from memory.store.records import RecordFilter
 
 # -- history ---------------------------------------------------------------------------------------
 
@@ -77,7 +76,7 @@ def test_group_summaries_link_every_source_and_mark_them(service: Epimem, group_
         assert service.get_episode(group_id, GROUP_SUMMARY_SESSION, summary.uuid) == summary
         for source in sources:
             assert service.get_episode(group_id, source.session_id, source.uuid).summarised_by == summary.uuid
-        index = {r.id: r for r in service.store.get_vectors(group_id, ids=list(summary.source_episode_ids))}
+        index = {r.id: r for r in service.memory.store.vectors.records(group_id, ids=list(summary.source_episode_ids))}
         assert {r.metadata["summarised_by"] for r in index.values()} == {summary.uuid}
 
     # Originals stay; nothing is summarised twice; no journal record is left.
@@ -86,7 +85,7 @@ def test_group_summaries_link_every_source_and_mark_them(service: Epimem, group_
     assert (
         service.generate_summaries(group_id, days_back=60, max_memories_per_summary=3, reference_time=REFERENCE) == []
     )
-    assert service.store.log_records(group_id, PLAN_KIND) == []
+    assert service.memory.store.log.records(group_id, PLAN_KIND) == []
 
     # Search, expansion and context use summaries.
     first = summaries[0]
@@ -156,13 +155,13 @@ def test_summaries_use_the_generator_seam_and_fall_back_offline(service: Epimem,
     two_episode_session(service, group_id, "s1", day=0)
     sources = _episodes(service, group_id)
     generator = _StandInGenerator()
-    summariser = Summariser(store=service.store, embedder=service.embedder, generator=generator)
+    summariser = _summariser(service, generator)
     made = summariser.build(group_id, "s1", "sum-1", sources)
     assert (made.title, made.content, made.generation) == ("LLM title", "LLM content", GenerationMethod.LLM)
     assert [m.id for m in generator.segments[0].messages] == [
         e.uuid for e in sorted(sources, key=lambda e: e.timestamp)
     ]
-    failing = Summariser(store=service.store, embedder=service.embedder, generator=_StandInGenerator(fail=True))
+    failing = _summariser(service, _StandInGenerator(fail=True))
     fallback = failing.build(group_id, "s1", "sum-1", sources)
     assert fallback.generation is GenerationMethod.FALLBACK and fallback.content.startswith("Summary of 2 episodes")
 
@@ -170,73 +169,78 @@ def test_summaries_use_the_generator_seam_and_fall_back_offline(service: Epimem,
 # -- all or nothing: a failure injected at every write ----------------------------------------------------
 
 
+def _summariser(service: Epimem, generator: Any = None) -> Summariser:
+    """A summariser over the service's own store (the service builds one like it)."""
+    store = service.memory.store
+    return Summariser(log=store.log, vectors=store.vectors, embedder=service.embedder, generator=generator)
+
+
+class _WriteFaults:
+    """Counts collection writes while armed; the ``fail_at``-th raises once."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.writes = 0
+        self.fail_at = 0
+
+    def wrap(self, collection: Any) -> Any:
+        return None if collection is None else _CountingCollection(collection, self)
+
+
 class _CountingCollection:
-    def __init__(self, collection: Any, store: FailingStore) -> None:
+    def __init__(self, collection: Any, faults: _WriteFaults) -> None:
         self._collection = collection
-        self._store = store
+        self._faults = faults
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._collection, name)
-        if name not in ("add", "upsert", "update", "delete") or not self._store.armed:
+        if name not in ("add", "upsert", "update", "delete") or not self._faults.armed:
             return attribute
 
         def write(*args: Any, **kwargs: Any) -> Any:
-            self._store.writes += 1
-            if self._store.writes == self._store.fail_at:
-                raise RuntimeError(f"injected failure at write {self._store.writes}")
+            self._faults.writes += 1
+            if self._faults.writes == self._faults.fail_at:
+                raise RuntimeError(f"injected failure at write {self._faults.writes}")
             return attribute(*args, **kwargs)
 
         return write
 
 
-class FailingStore(ChromaStore):
-    """The real store, whose Nth collection write (while armed) raises once."""
-
-    armed = False
-    writes = 0
-    fail_at = 0
-
-    def _collection(self, name: str, **kwargs: Any) -> Any:
-        collection = super()._collection(name, **kwargs)
-        return None if collection is None else _CountingCollection(collection, self)
-
-
-def test_a_failed_summary_run_leaves_no_summary_and_no_marker(settings_for, embedder, group_id: str) -> None:
-    settings = settings_for()
-    connection = open_connection(
-        data_dir=settings.data_dir, host=settings.chroma_host, port=settings.chroma_port, ssl=settings.chroma_ssl
-    )
-    store = FailingStore(connection=connection, model_id=embedder.model_id)
-    service = Epimem(
-        settings=settings, store=store, embedder=embedder, generator=OfflineEpisodeGenerator(), background=False
-    )
+def test_a_failed_summary_run_leaves_no_summary_and_no_marker(make_service, group_id: str, monkeypatch) -> None:
+    """The real store, whose Nth collection write (while armed) raises once, at every N in turn. (Thread
+    locks for formation, so that only the summary run's own writes are counted, not lease records.)"""
+    service = make_service(coordination="local")
+    connection = service.memory.store.connection
+    faults = _WriteFaults()
+    opened = connection.handle
+    monkeypatch.setattr(connection, "handle", lambda name, opener: faults.wrap(opened(name, opener)))
     for day, session_id in enumerate(("s1", "s2")):  # one episode each: two partitions to mark
         service.add_messages(group_id, session_id, chat(session_id, 2, start=T0 + timedelta(days=day), topic=day))
         service.flush(group_id, session_id)
+    log, vectors = service.memory.store.log, service.memory.store.vectors
 
     def clean() -> None:
-        records = store.get_vectors(group_id)
-        assert [r.id for r in records if r.metadata.get("kind") == "summary"] == []
+        assert [r.id for r in vectors.records(group_id) if r.kind == "summary"] == []
         for session_id in ("s1", "s2", GROUP_SUMMARY_SESSION):
-            for record in store.get_vectors(group_id, session_id=session_id):
-                assert record.metadata.get("kind") != "summary"
+            for record in vectors.records(group_id, selection=RecordFilter(session_ids=(session_id,))):
+                assert record.kind != "summary"
                 assert "summarised_by" not in record.metadata
-        assert store.log_records(group_id, PLAN_KIND) == []
+        assert log.records(group_id, PLAN_KIND) == []
 
     failures = 0
     for fail_at in range(1, 50):
-        store.writes, store.fail_at, store.armed = 0, fail_at, True
+        faults.writes, faults.fail_at, faults.armed = 0, fail_at, True
         try:
             summaries = service.generate_summaries(
                 group_id, days_back=60, max_memories_per_summary=3, reference_time=REFERENCE
             )
         except RuntimeError as error:
             assert f"write {fail_at}" in str(error)
-            store.armed = False
+            faults.armed = False
             clean()
             failures += 1
             continue
-        store.armed = False
+        faults.armed = False
         break
     # journal, summary (partition + index), marks (2 partitions + index), journal removal
     assert failures == 8, "every write of the run was a failure point"
@@ -246,14 +250,15 @@ def test_a_failed_summary_run_leaves_no_summary_and_no_marker(settings_for, embe
 
 def test_recover_rolls_back_a_run_that_died_half_way(service: Epimem, group_id: str) -> None:
     two_episode_session(service, group_id, "s1", day=0)
-    planned = service.summariser.plan(group_id, None, T0 - timedelta(days=1), REFERENCE, 10)
-    (summary,) = service.summariser.write(group_id, planned)
+    summariser = _summariser(service)
+    planned = summariser.plan(group_id, None, T0 - timedelta(days=1), REFERENCE, 10)
+    (summary,) = summariser.write(group_id, planned)
     # Simulate a process that died after writing everything but the journal's removal.
-    service.store.put_log_record(group_id, f"plan-{summary.uuid}", _journal(summary), {"kind": PLAN_KIND})
+    service.memory.store.log.put_record(group_id, f"plan-{summary.uuid}", _journal(summary), {"kind": PLAN_KIND})
     service.recover()
     assert [e for e in service.timeline(group_id).episodes if e.episode_type is EpisodeType.SUMMARY] == []
     assert all(e.summarised_by is None for e in _episodes(service, group_id))
-    assert service.store.log_records(group_id, PLAN_KIND) == []
+    assert service.memory.store.log.records(group_id, PLAN_KIND) == []
 
 
 def _journal(summary: Episode) -> str:
@@ -306,7 +311,7 @@ def test_another_model_is_refused_until_reembed(service: Epimem, settings_for, e
     service.generate_summaries(group_id, days_back=60, max_memories_per_summary=10, reference_time=REFERENCE)
     service.add_messages(group_id, "s1", chat("pending", 1, start=T0 + timedelta(days=9)))
     expected_top = service.search(group_id, "pottery class blue vase", k=1)[0].episode.uuid
-    vectors_before = service.store.count_vectors(group_id)
+    vectors_before = service.vector_count(group_id)
 
     projected = ProjectedEmbedder(embedder)
     changed = Epimem.from_settings(settings_for(), background=False, embedder=projected)
@@ -325,18 +330,18 @@ def test_another_model_is_refused_until_reembed(service: Epimem, settings_for, e
         assert report.groups == [group_id]
 
         assert changed.search(group_id, "pottery class blue vase", k=1)[0].episode.uuid == expected_top
-        stored = changed.store.get_vectors(group_id, include_embeddings=True)
+        stored = changed.memory.store.vectors.records(group_id, embeddings=True)
         assert {len(r.embedding) for r in stored if r.embedding is not None} == {256}
-        for name, metadata in changed.store.epimem_collections(group_id):
+        for name, metadata in changed.memory.store.admin.epimem_collections(group_id):
             if metadata["epimem"] in ("partition", "index"):
                 assert metadata["epimem_model"] == projected.model_id, name
-        assert changed.store.count_vectors(group_id) == vectors_before
+        assert changed.vector_count(group_id) == vectors_before
         # New writes after the re-embed use the new model; the pending message forms normally.
         assert changed.flush(group_id, "s1")
         # Only the named group was rebuilt; the old service is now the one refused.
         with pytest.raises(ModelMismatchError):
             changed.search(other_group, "pottery")
-        service.store.forget_handles()
+        service.memory.store.admin.forget_handles()
         with pytest.raises(ModelMismatchError):
             service.search(group_id, "pottery")
         again = changed.reembed(group_id)
@@ -347,16 +352,16 @@ def test_another_model_is_refused_until_reembed(service: Epimem, settings_for, e
 
 def test_an_interrupted_rebuild_is_finished_not_lost(service: Epimem, group_id: str) -> None:
     two_episode_session(service, group_id, "s1", day=0)
-    store = service.store
-    (index,) = [name for name, m in store.epimem_collections(group_id) if m["epimem"] == "index"]
-    before = sorted(r.id for r in store.read_collection(index))
+    admin, client = service.memory.store.admin, service.memory.store.connection.client
+    (index,) = [name for name, m in admin.epimem_collections(group_id) if m["epimem"] == "index"]
+    before = sorted(r.id for r in admin.read_collection(index))
     # An interruption between dropping the original and renaming its rebuilt copy.
-    records = store.read_collection(index)
+    records = admin.read_collection(index)
     vectors = service.embedder.embed_batch([r.document for r in records])
-    temporary = store._client.create_collection(f"{index}-rebuild", metadata={"epimem": "index", "group_id": group_id})
+    temporary = client.create_collection(f"{index}-rebuild", metadata={"epimem": "index", "group_id": group_id})
     temporary.add(ids=[r.id for r in records], embeddings=vectors, documents=[r.document for r in records])
-    store._client.delete_collection(index)
-    store.forget_handles()
-    assert store.finish_rebuilds() == [index]
-    assert sorted(r.id for r in store.read_collection(index)) == before
-    assert not [name for name in store.collection_names() if name.endswith("-rebuild")]
+    client.delete_collection(index)
+    admin.forget_handles()
+    assert admin.finish_rebuilds() == [index]
+    assert sorted(r.id for r in admin.read_collection(index)) == before
+    assert not [name for name in admin.collection_names() if name.endswith("-rebuild")]

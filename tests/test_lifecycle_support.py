@@ -82,6 +82,6 @@ def scan_client(
 def cached_keyword_text(service: Epimem) -> str:
     """Everything held by the searcher's BM25 cache, as one text."""
     parts = []
-    for _version, index in service.searcher._keyword.values():
+    for _version, index in service.searcher.keywords.entries.values():
         parts += [f"{r.id} {r.document} {json.dumps(r.metadata, ensure_ascii=False)}" for r in index.records]
     return "\n".join(parts)

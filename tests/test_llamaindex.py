@@ -19,9 +19,9 @@ from test_langchain import seed
 from api.client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.llamaindex import EpimemMemoryBlock, EpimemRetriever
-from memory.embedding import SentenceTransformerEmbedder
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
-from memory.settings import Settings
 
 
 @pytest.fixture

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from fake_openai import FakeOpenAI, Reply, episode_from_prompt, is_segmentation
 
-from api.facade import Epimem, build_generator, build_segmenter
-from memory.generation import (
+from api.composition import build_generator, build_segmenter, llm_client
+from api.facade import Epimem
+from api.settings import Settings
+from memory.episodes.generation import (
     GenerationJob,
     GeneratorStats,
     OfflineEpisodeGenerator,
@@ -19,13 +22,13 @@ from memory.generation import (
     episode_id_for,
     validate_episode,
 )
-from memory.llm import LLMClient
-from memory.llm_generator import LLMEpisodeGenerator
-from memory.llm_segmenter import LLMSegmenter
+from memory.episodes.llm_generator import LLMEpisodeGenerator
+from memory.episodes.llm_segmenter import LLMSegmenter
+from memory.episodes.prompts import PROMPT_VERSION
+from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy
+from memory.llm import client as client_module
+from memory.llm.client import LLMClient
 from memory.models import BoundaryReason, Episode, GenerationMethod, Message, Segment
-from memory.prompts import PROMPT_VERSION
-from memory.segmentation import HeuristicSegmenter, SegmentationPolicy
-from memory.settings import Settings
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
 POLICY = SegmentationPolicy()
@@ -240,24 +243,32 @@ def test_batch_isolates_failures_and_respects_the_concurrency_limit() -> None:
 def test_build_generator_and_segmenter_follow_the_settings(
     llm_server: FakeOpenAI, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    offline = build_generator(Settings(data_dir=tmp_path))
-    assert isinstance(offline, OfflineEpisodeGenerator)
-    assert isinstance(build_segmenter(Settings(), POLICY, offline), HeuristicSegmenter)
+    closers = ExitStack()
+    plain = Settings(data_dir=tmp_path)
+    assert llm_client(plain, closers) is None
+    assert isinstance(build_generator(plain, None), OfflineEpisodeGenerator)
+    assert build_segmenter(plain, POLICY, None)[1] is None
+    assert isinstance(build_segmenter(plain, POLICY, None)[0], HeuristicSegmenter)
     monkeypatch.setenv("EPIMEM_LLM_BASE_URL", llm_server.url)
     monkeypatch.setenv("EPIMEM_LLM_MODEL", "local-model")
     monkeypatch.setenv("EPIMEM_LLM_API_KEY", "secret-key")
     settings = Settings(data_dir=tmp_path)
     assert settings.llm_configured
-    generator = build_generator(settings)
+    client = llm_client(settings, closers)
+    assert client is not None
+    generator = build_generator(settings, client)
     assert isinstance(generator, LLMEpisodeGenerator)
     stats = generator.stats()
     assert isinstance(stats, GeneratorStats) and stats.model == "local-model"
-    segmenter = build_segmenter(settings, POLICY, generator)
-    assert isinstance(segmenter, LLMSegmenter) and segmenter.window == settings.llm_segmenter_window
+    segmenter, reporting = build_segmenter(settings, POLICY, client)
+    assert isinstance(segmenter, LLMSegmenter) and reporting is segmenter
+    assert segmenter.window == settings.llm_segmenter_window
     off = Settings(data_dir=tmp_path, llm_segmentation=False)
-    assert isinstance(build_segmenter(off, POLICY, generator), HeuristicSegmenter)
+    assert isinstance(build_segmenter(off, POLICY, client)[0], HeuristicSegmenter)
     generate(generator, segment())
     assert llm_server.requests[0]["model"] == "local-model"
+    closers.close()
+    assert client.closed
 
 
 def llm_settings(server: FakeOpenAI, **more: object) -> dict[str, object]:
@@ -285,10 +296,14 @@ def conversation(n: int, start: datetime = T0) -> list[dict]:
 
 
 def test_flush_produces_llm_episodes_that_are_stored_and_searchable(
-    make_service, llm_server: FakeOpenAI, group_id: str
+    make_service, llm_server: FakeOpenAI, group_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    clients: list[LLMClient] = []
+    monkeypatch.setattr(
+        client_module, "LLMClient", lambda **options: clients.append(LLMClient(**options)) or clients[-1]
+    )
     service: Epimem = make_service(**llm_settings(llm_server))
-    assert isinstance(service.ingestor.segmenter, LLMSegmenter)
+    assert set(service.stats().llm) == {"generator", "segmenter"}  # the LLM segmenter reports its calls
     messages = conversation(8)
     service.add_messages(group_id, "s1", messages)
     episodes = service.flush(group_id, "s1")
@@ -305,8 +320,9 @@ def test_flush_produces_llm_episodes_that_are_stored_and_searchable(
     assert hits and "Bubbles" in hits[0].episode.content and hits[0].episode.generation is GenerationMethod.LLM
     assert service.pending_messages(group_id, "s1") == 0
     assert service.generator_stats().calls == 3
+    assert service.stats().llm["segmenter"].calls == 1
     service.close()  # and the LLM client's connections with it
-    assert isinstance(service.generator, LLMEpisodeGenerator) and service.generator.client._client.is_closed()
+    assert len(clients) == 1 and clients[0].closed
 
 
 def test_a_failing_llm_still_forms_every_message_into_fallback_episodes(
@@ -320,7 +336,7 @@ def test_a_failing_llm_still_forms_every_message_into_fallback_episodes(
     assert all(e.generation is GenerationMethod.FALLBACK for e in episodes)
     assert service.search(group_id, "zeppelin museum", k=1)[0].episode.generation is GenerationMethod.FALLBACK
     assert service.generator_stats().fallbacks == len(episodes)
-    assert service.ingestor.segmenter.stats().fallbacks == 1  # type: ignore[attr-defined]
+    assert service.stats().llm["segmenter"].fallbacks == 1
 
 
 def test_threshold_formation_uses_the_llm_in_the_background(

@@ -23,9 +23,9 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.auth import KeyRing, Role
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError
-from memory.settings import Settings
 
 EXPORT_HEAD = '{"type": "header", "format": "epimem", "version": 1}\n'
 ADMIN_ALL, ADMIN_A, WRITER_A = "admin-every-group-0001", "admin-group-a-only-0002", "writer-group-a-only-03"

@@ -25,8 +25,8 @@ from test_client import Server
 
 from api.client import EpimemClient
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.settings import Settings
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
 TOOLS = {
@@ -205,7 +205,7 @@ def test_mcp_is_optional(tmp_path: Path) -> None:
         "import sys\n"
         "if sys.argv[1] == 'blocked': sys.modules['mcp'] = None\n"
         "from api.app import create_app\n"
-        "from memory.settings import Settings\n"
+        "from api.settings import Settings\n"
         "app = create_app(settings=Settings(data_dir=sys.argv[2]))\n"
         "print('/mcp' in [getattr(r, 'path', '') for r in app.router.routes])\n"
     )

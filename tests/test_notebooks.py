@@ -18,7 +18,7 @@ from nbclient import NotebookClient
 import api.notebook as notebook
 from api.facade import Epimem
 from api.notebook import all_episodes, episode_rows, episode_vectors, first_sessions, project_2d
-from memory.importers import read_locomo
+from memory.ingest.importers import read_locomo
 from tests.benchmarks import benchmark_data
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 sys.path.insert(0, str(Path(__file__).parent / "benchmarks"))
 import locomo  # noqa: E402

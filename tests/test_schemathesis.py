@@ -17,8 +17,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from api.app import create_app
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.settings import Settings
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 EXAMPLES_PER_OPERATION = 10
 KEY = "schemathesis-admin-key-0123456789"

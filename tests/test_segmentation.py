@@ -13,10 +13,10 @@ from fake_openai import FakeOpenAI, Reply, prompt_text, segmentation_in_runs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory.llm import LLMClient, LLMError
-from memory.llm_segmenter import LLMSegmenter, parse_segmentation
+from memory.episodes.llm_segmenter import LLMSegmenter, parse_segmentation
+from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
+from memory.llm.client import LLMClient, LLMError
 from memory.models import BoundaryReason, Message, Segment
-from memory.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
 POLICY = SegmentationPolicy(min_messages=2, max_messages=5, time_gap=timedelta(minutes=30))

@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 from api.app import create_app
 from api.cli import app
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.folder_lock import FolderLockedError
-from memory.lazy_embedding import LazyEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.embedding.lazy import LazyEmbedder
+from memory.store.folder_lock import FolderLockedError
 
 EPIMEM = str(Path(sys.executable).parent / "epimem")
 WEIGHTS = "Loading weights"  # what loading the model prints

@@ -9,10 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import ModelMismatchError, ModelNotFoundError
 from memory.models import GroupConfiguration, SessionInfo
-from memory.store import ChromaStore, index_name, log_name, partition_name
+from memory.store.codec import index_name, log_name, partition_name
+from memory.store.factory import open_store
+from memory.store.records import RecordFilter
 
 VALID_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]$")
 
@@ -45,9 +47,11 @@ def test_session_info_and_group_configuration_persist(make_service, group_id: st
 def test_opening_a_partition_with_another_model_is_refused(service: Epimem, group_id: str) -> None:
     service.add_messages(group_id, "s1", [{"id": "1", "content": "hello there", "timestamp": "2023-01-01"}])
     service.flush(group_id, "s1")
-    other = ChromaStore(connection=service.store.connection, model_id="another-model:384:abc")
+    other = open_store(service.memory.store.connection, model_id="another-model:384:abc")
     with pytest.raises(ModelMismatchError) as error:
-        other.query(group_id, service.embedder.embed_query("hello"), k=1, session_id="s1")
+        other.vectors.query(
+            group_id, service.embedder.embed_query("hello"), k=1, selection=RecordFilter(session_ids=("s1",))
+        )
     assert error.value.status_code == 409 and "reembed" in error.value.message
 
 

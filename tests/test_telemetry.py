@@ -23,10 +23,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from api.app import create_app
 from api.facade import Epimem
+from api.settings import Settings
 from api.telemetry import scrub_url, setup_tracing, tracing_requested
 from memory import tracing
-from memory.embedding import SentenceTransformerEmbedder
-from memory.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 GROUP = "secret-group-7f3a"
 TEXT = "Caroline adopted a golden retriever called Rex"
@@ -163,7 +163,7 @@ def test_without_the_extra_the_app_is_unchanged(tmp_path: Path) -> None:
         "sys.modules[sys.argv[2]] = None\n"
         "from api.app import create_app\n"
         "from memory import tracing\n"
-        "from memory.settings import Settings\n"
+        "from api.settings import Settings\n"
         "app = create_app(settings=Settings(data_dir=sys.argv[1]))\n"
         "print(hasattr(app.state, 'tracer_provider'), tracing.enabled())\n"
     )

@@ -13,8 +13,8 @@ import pytest
 from test_client import Server
 
 from api.facade import Epimem
-from memory.embedding import SentenceTransformerEmbedder
-from memory.settings import Settings
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("chromadb", "torch", "numpy", "sentence_transformers")

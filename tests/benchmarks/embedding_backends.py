@@ -19,9 +19,9 @@ from pathlib import Path
 import _common as c
 import numpy as np
 
-from memory.embedding import SentenceTransformerEmbedder
-from memory.importers import read_locomo
-from memory.ingestion import message_embedding_text
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.ingest.importers import read_locomo
+from memory.text import message_line
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 RECALL_K = (5, 10, 50)
@@ -33,7 +33,7 @@ def evidence_recall(embedder: SentenceTransformerEmbedder, samples: list) -> dic
     questions = 0
     for sample in samples:
         turns = sample.messages
-        vectors = embedder.embed_batch([message_embedding_text(m) for m in turns])
+        vectors = embedder.embed_batch([message_line(m) for m in turns])
         ids = np.array([m.id for m in turns])
         asked = [q for q in sample.questions if q.category in (1, 2, 3, 4) and q.evidence]
         queries = embedder.embed_batch([q.question for q in asked])
@@ -58,7 +58,7 @@ def main() -> None:
         samples[0].sessions = dict(list(samples[0].sessions.items())[:3])
         kept = {m.id for m in samples[0].messages}
         samples[0].questions = [q for q in samples[0].questions if q.evidence and set(q.evidence) <= kept]
-    turns = [message_embedding_text(m) for sample in samples for m in sample.messages]
+    turns = [message_line(m) for sample in samples for m in sample.messages]
     short = turns[: 64 if args.quick else 512]
     paragraphs = [" ".join(turns[i : i + 8]) for i in range(0, len(turns), 8)][: 8 if args.quick else 96]
     rounds = args.rounds or (1 if args.quick else 3)

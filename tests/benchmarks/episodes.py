@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from api.facade import Epimem  # noqa: E402
-from memory.generation import OfflineEpisodeGenerator  # noqa: E402
-from memory.importers import LocomoSample, read_locomo  # noqa: E402
-from memory.ingestion import message_embedding_text  # noqa: E402
+from memory.episodes.generation import OfflineEpisodeGenerator  # noqa: E402
+from memory.episodes.segmentation import SegmentationPolicy, split_messages  # noqa: E402
+from memory.ingest.importers import LocomoSample, read_locomo  # noqa: E402
 from memory.models import Episode, Segment  # noqa: E402
-from memory.segmentation import SegmentationPolicy, split_messages  # noqa: E402
+from memory.text import message_line  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev.json"
 DEFAULT_REALTALK = ROOT.parent / "shared" / "data" / "realtalk-dev"
@@ -47,7 +47,7 @@ def describe(sizes: list[int]) -> str:
 
 def compare(datasets: dict[str, list[LocomoSample]], target: float) -> None:
     """Episode sizes and boundary reasons before (window rule) and after (scored), per dataset."""
-    from memory.embedding import SentenceTransformerEmbedder
+    from memory.embedding.embedder import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder(device="cpu")
     methods = {
@@ -56,7 +56,7 @@ def compare(datasets: dict[str, list[LocomoSample]], target: float) -> None:
     }
     for name, samples in datasets.items():
         sessions = [messages for sample in samples for messages in sample.sessions.values() if messages]
-        vectors = [embedder.embed_batch([message_embedding_text(m) for m in messages]) for messages in sessions]
+        vectors = [embedder.embed_batch([message_line(m) for m in messages]) for messages in sessions]
         print(f"\n{name}: {len(samples)} conversations, {len(sessions)} sessions, {sum(map(len, sessions))} messages")
         for label, policy in methods.items():
             segments = [
@@ -86,7 +86,7 @@ def main() -> None:
     if args.compare:
         datasets = {"LoCoMo dev": read_locomo(args.data)[: args.samples]}
         if args.realtalk.is_dir():
-            from memory.importers import read_realtalk
+            from memory.ingest.importers import read_realtalk
 
             datasets["REALTALK dev"] = [read_realtalk(path) for path in sorted(args.realtalk.glob("*.json"))]
         compare(datasets, args.target)
@@ -103,7 +103,7 @@ def main() -> None:
         for sample in samples:
             episodes += service.ingest_locomo(sample)
         ingest_s = time.perf_counter() - started
-        timings = dict(service.ingestor.timings.seconds)
+        timings = dict(service.stats().ingest.seconds)
         service.close()
 
     sizes = [e.message_count for e in episodes]

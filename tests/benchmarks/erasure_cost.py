@@ -14,9 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from api.facade import Epimem
-from memory.erasure import ErasureReport
-from memory.importers import read_locomo
-from memory.settings import Settings
+from api.settings import Settings
+from memory.ingest.importers import read_locomo
+from memory.store.erasure import ErasureReport
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo-dev.json"
 
@@ -38,7 +38,7 @@ def main() -> None:
     samples = read_locomo(sys.argv[1] if len(sys.argv) > 1 else DEFAULT)[:2]
     with tempfile.TemporaryDirectory() as folder:
         service = Epimem.from_settings(Settings(data_dir=Path(folder)))
-        connection = service.store.connection
+        connection = service.memory.store.connection
         erase = connection.erase
 
         def recorded(names: object = ()) -> ErasureReport | None:

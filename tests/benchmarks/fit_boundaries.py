@@ -1,10 +1,10 @@
-"""Fit the topic-shift scorer of memory/boundaries.py on TIAGE's training labels and write its weights.
+"""Fit the topic-shift scorer of memory/episodes/boundaries.py on TIAGE's training labels and write its weights.
 
-    python tests/benchmarks/fit_boundaries.py [--data DIR] [--out memory/boundary_weights.py]
+    python tests/benchmarks/fit_boundaries.py [--data DIR] [--out memory/episodes/boundary_weights.py]
 
 Uses ``anno_train.json`` ONLY (dev is for reporting, test is kept aside): a logistic regression
 (plain numpy, Newton steps, L2 penalty 1.0 on standardised features) on the per-gap features of
-memory.boundaries, then the selection threshold (in log-odds) that gives the best boundary F1 on
+memory.episodes.boundaries, then the selection threshold (in log-odds) that gives the best boundary F1 on
 train with the benchmark's size bounds. Deterministic: the same data gives the same file.
 """
 
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiage  # noqa: E402
 from _common import ROOT  # noqa: E402
 
-from memory.boundaries import FEATURES, gap_features  # noqa: E402
-from memory.segmentation import choose_cuts  # noqa: E402
+from memory.episodes.boundaries import FEATURES, gap_features  # noqa: E402
+from memory.episodes.segmentation import choose_cuts  # noqa: E402
 
 L2 = 1.0
 
@@ -62,8 +62,8 @@ def render(mean: np.ndarray, scale: np.ndarray, coef: np.ndarray, intercept: flo
         return [f"{name}: list[float] = [", *rows, "]"]
 
     lines = [
-        '"""Weights of the topic-shift scorer (memory.boundaries). Written by tests/benchmarks/fit_boundaries.py',
-        'from TIAGE anno_train.json only; do not edit by hand."""',
+        '"""Weights of the topic-shift scorer (memory.episodes.boundaries). Written by',
+        'tests/benchmarks/fit_boundaries.py from TIAGE anno_train.json only; do not edit by hand."""',
         "",
         *floats("MEAN", mean),
         *floats("SCALE", scale),

@@ -21,8 +21,8 @@ from pathlib import Path
 import _common as c
 import numpy as np
 
-from memory.embedding import SentenceTransformerEmbedder
-from memory.importers import LocomoSample, read_locomo
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.ingest.importers import LocomoSample, read_locomo
 
 
 class Recording:
@@ -91,7 +91,7 @@ def main() -> None:
         ingest_s = time.perf_counter() - started
         if profiler is not None:
             profiler.stop()
-        stages = dict(service.ingestor.timings.seconds)
+        stages = dict(service.stats().ingest.seconds)
         service.close()
 
     texts = recording.texts

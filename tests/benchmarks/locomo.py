@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a file: make the repository importable
     sys.path.insert(0, str(ROOT))
 
-from memory.importers import LocomoSample, read_locomo  # noqa: E402
+from memory.ingest.importers import LocomoSample, read_locomo  # noqa: E402
 from tests.benchmarks._common import LOCOMO  # noqa: E402  (sets the offline environment first)
 
 BUDGETS = (500, 1000, 2000)
@@ -156,7 +156,7 @@ def baseline_recall(
     if method not in BASELINES:
         raise ValueError(f"method must be one of {BASELINES}")
     if method != "bm25" and embedder is None:
-        from memory.embedding import SentenceTransformerEmbedder
+        from memory.embedding.embedder import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder()
     scores = Scores()
@@ -190,7 +190,7 @@ def baseline_recall(
 def ingest(service: Any, samples: list[Sample]) -> None:
     """Each conversation as one group, through the real pipeline (skipped if the group has vectors)."""
     for sample in samples:
-        if service.store.count_vectors(sample.sample_id) == 0:
+        if service.vector_count(sample.sample_id) == 0:
             service.ingest_locomo(sample.locomo, group_id=sample.sample_id)
 
 

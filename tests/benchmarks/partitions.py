@@ -26,9 +26,11 @@ from typing import Any
 import _common as c
 import numpy as np
 
+from api.settings import Settings
 from memory.models import BoundaryReason, Episode, GenerationMethod
-from memory.settings import Settings
-from memory.store import ChromaStore, VectorRecord, episode_metadata, index_name, partition_name
+from memory.store.codec import index_name, partition_name
+from memory.store.factory import Store
+from memory.store.records import VectorRecord
 
 GROUP = "bench-group"
 DIMENSION = 384
@@ -75,25 +77,21 @@ def make_records(number: int, episodes: int, rng: random.Random, nprng: np.rando
             boundary_reason=BoundaryReason.FLUSH,
             generation=GenerationMethod.OFFLINE,
         )
-        records.append(
-            VectorRecord(
-                id=episode.uuid, document=content, metadata=episode_metadata(episode), embedding=vectors[index]
-            )
-        )
+        records.append(VectorRecord.of_episode(episode, vectors[index]))
     return records
 
 
-def build(store: ChromaStore, sessions: int, episodes: int, *, seed: int = 7) -> dict[str, Any]:
+def build(store: Store, sessions: int, episodes: int, *, seed: int = 7) -> dict[str, Any]:
     """Create the partitions; returns creation timings and memory."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
-    store.register_group(GROUP)
+    store.log.register_group(GROUP)
     times: list[float] = []
     with c.PeakRss() as peak:
         for number in range(sessions):
             records = make_records(number, episodes, rng, nprng)
             started = time.perf_counter()
-            store.upsert_vectors(GROUP, session_id(number), records)
+            store.vectors.upsert(GROUP, session_id(number), records)
             times.append(time.perf_counter() - started)
     return {"creation": c.summary(times), "total_s": sum(times), "peak_rss_mb": peak.peak, "rss_after_mb": c.rss_mb()}
 
@@ -108,7 +106,7 @@ class RawFloor:
     gate: embedded Chroma may restart between calls, and a handle belongs to one engine. ``keep``
     reuses a collection's handle while the engine lives, as the store does."""
 
-    def __init__(self, store: ChromaStore, embedder: Any) -> None:
+    def __init__(self, store: Store, embedder: Any) -> None:
         self._connection = store.connection
         self._embedder = embedder
         self._handles: dict[str, Any] = {}
@@ -128,7 +126,7 @@ class RawFloor:
 
 def search_latencies(service: Any, sessions: int, queries: int) -> dict[str, dict[str, float]]:
     """Facade search vs one raw Chroma query (query embedding included in both, no cache hits)."""
-    store: ChromaStore = service.store
+    store: Store = service.memory.store
     embedder = service.embedder
     rng = random.Random(3)
     texts = query_texts(queries * 4)
@@ -172,8 +170,8 @@ def server_touch(data_dir: Path, sessions: int, recycle_after: int, max_open: in
         "peak_rss_mb": peak.peak,
         "session_search": c.summary(times),
         "group_search": c.summary(group),
-        "open_handles": service.store.open_collections,
-        "engine_restarts": service.store.connection.restarts,
+        "open_handles": service.memory.store.admin.open_collections,
+        "engine_restarts": service.memory.store.connection.restarts,
     }
 
 
@@ -216,7 +214,7 @@ def main() -> None:
             f"recycle after {recycle_after}, max_open {max_open}"
         )
         c.line("rss before / model+store loaded MB", before=rss_start, loaded=rss_loaded)
-        built = build(service.store, sessions, args.episodes)
+        built = build(service.memory.store, sessions, args.episodes)
         c.line(
             "creation per partition (ms)",
             p50=built["creation"]["p50"],

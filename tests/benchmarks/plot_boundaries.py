@@ -2,7 +2,7 @@
 
     python tests/benchmarks/plot_boundaries.py [--data PATH] [--sample conv-26] [--session session_8] [--out PNG]
 
-Bars: the topic-shift score of every gap (memory.boundaries); dashed line: the score a gap must
+Bars: the topic-shift score of every gap (memory.episodes.boundaries); dashed line: the score a gap must
 reach on its own with the default target; coloured lines: where episodes end with the default
 settings (topic_shift / max_size / time_gap); crosses: where the rule before issue 19 cut.
 """
@@ -21,11 +21,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from memory.embedding import SentenceTransformerEmbedder  # noqa: E402
-from memory.importers import read_locomo  # noqa: E402
-from memory.ingestion import message_embedding_text  # noqa: E402
+from memory.embedding.embedder import SentenceTransformerEmbedder  # noqa: E402
+from memory.episodes.segmentation import SegmentationPolicy, decide_gaps, selection_threshold  # noqa: E402
+from memory.ingest.importers import read_locomo  # noqa: E402
 from memory.models import BoundaryReason  # noqa: E402
-from memory.segmentation import SegmentationPolicy, decide_gaps, selection_threshold  # noqa: E402
+from memory.text import message_line  # noqa: E402
 
 COLOURS = {BoundaryReason.TOPIC_SHIFT: "tab:red", BoundaryReason.MAX_SIZE: "tab:orange", BoundaryReason.TIME_GAP: "k"}
 
@@ -40,7 +40,7 @@ def main() -> None:
 
     sample = next(s for s in read_locomo(args.data) if s.sample_id == args.sample)
     messages = sample.sessions[args.session]
-    vectors = SentenceTransformerEmbedder(device="cpu").embed_batch([message_embedding_text(m) for m in messages])
+    vectors = SentenceTransformerEmbedder(device="cpu").embed_batch([message_line(m) for m in messages])
     policy = SegmentationPolicy()
     scored = decide_gaps(messages, policy=policy, vectors=vectors)
     before = decide_gaps(messages, policy=SegmentationPolicy(method="window"), vectors=vectors)

@@ -22,7 +22,7 @@ import _common as c
 import numpy as np
 from partitions import GROUP, RawFloor, build, query_texts, session_id
 
-from memory.store import index_name, partition_name
+from memory.store.codec import index_name, partition_name
 
 
 def main() -> None:
@@ -41,13 +41,13 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="epimem-query-") as scratch:
         service = Epimem.from_settings(data_dir=args.data_dir or Path(scratch), background=False)
-        store = service.store
+        store = service.memory.store
         embedder = service.embedder
         # The floor is the same client's raw query, run inside the store's gate: embedded Chroma may be
         # restarted between calls (EPIMEM_CHROMA_RECYCLE_AFTER), and handles are per engine.
         connection = store.connection
         started = time.perf_counter()
-        if store.count_vectors(GROUP) != sessions * args.episodes:
+        if store.vectors.count(GROUP) != sessions * args.episodes:
             build(store, sessions, args.episodes)
         with connection.call() as client:
             everything = client.get_collection(index_name(GROUP)).get(include=["embeddings", "documents", "metadatas"])

@@ -36,7 +36,7 @@ from locomo import BASELINE_NAMES, BASELINES, BUDGETS, Sample, Scores, Turn, bas
 from locomo import load_samples as load_locomo  # noqa: E402
 from locomo import questions as sample_questions  # noqa: E402
 
-from memory.importers import read_realtalk  # noqa: E402
+from memory.ingest.importers import read_realtalk  # noqa: E402
 from tests.benchmarks._common import LOCOMO  # noqa: E402
 
 REALTALK = Path(os.environ.get("EPIMEM_REALTALK", LOCOMO.parent / "realtalk-dev"))
@@ -89,7 +89,7 @@ def cut(sample: Sample, sessions: int) -> Sample:
 def ingest(service: Any, samples: Sequence[Sample]) -> None:
     """Each conversation as one group through the real pipeline (skipped if the group has vectors)."""
     for sample in samples:
-        if service.store.count_vectors(sample.sample_id) == 0:
+        if service.vector_count(sample.sample_id) == 0:
             service.ingest_locomo(sample.locomo, group_id=sample.sample_id)
 
 

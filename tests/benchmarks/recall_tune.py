@@ -73,8 +73,9 @@ SEARCH_VARIANTS = {
 class MemoSearcher(Searcher):
     """A Searcher whose reads and per-query computations are kept: variants of the weights reuse them."""
 
-    def __init__(self, searcher: Searcher) -> None:
-        super().__init__(store=searcher._store, embedder=searcher._embedder)
+    def __init__(self, service: Any) -> None:
+        store = service.memory.store
+        super().__init__(vectors=store.vectors, log=store.log, embedder=service.embedder)
         self._memo: dict[tuple[Any, ...], Any] = {}
 
     def _kept(self, key: tuple[Any, ...], compute: Any) -> Any:
@@ -144,9 +145,9 @@ _COUNTERS: dict[int, Any] = {}
 def shared_counter(service: Any) -> Any:
     """The service's wordpiece counter, memoised across variants (each builder would count every line
     and every context text again: most of a variant's time)."""
-    counter = service.context_builder._wordpieces
-    if counter is None:
+    if service.settings.context_token_count != "wordpieces":
         return None
+    counter = service.embedder.count_tokens
     if id(service) not in _COUNTERS:
         _COUNTERS[id(service)] = functools.lru_cache(maxsize=None)(counter)
     return _COUNTERS[id(service)]
@@ -181,7 +182,7 @@ def leave_one_out(results: dict[str, dict[str, Scores]], conversations: dict[str
 
 
 def run(services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy]) -> dict:
-    memos = {dataset: MemoSearcher(service.searcher) for dataset, service in services.items()}
+    memos = {dataset: MemoSearcher(service) for dataset, service in services.items()}
     conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
     results = {}
     for name, policy in variants.items():

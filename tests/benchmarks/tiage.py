@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT  # noqa: E402
 from benchmark_data import data_folder  # noqa: E402
 
-from memory.boundaries import Turn, depth_scores, gap_scores  # noqa: E402
+from memory.episodes.boundaries import Turn, depth_scores, gap_scores  # noqa: E402
+from memory.episodes.segmentation import SegmentationPolicy, Segmenter, split_messages  # noqa: E402
 from memory.models import Message  # noqa: E402
-from memory.segmentation import SegmentationPolicy, Segmenter, split_messages  # noqa: E402
 
 
 def tiage_folder() -> Path:
@@ -72,7 +72,7 @@ def load(path: Path) -> list[Dialogue]:
 
 
 def embed_dialogues(dialogues: Sequence[Dialogue]) -> list[np.ndarray]:
-    from memory.embedding import SentenceTransformerEmbedder
+    from memory.embedding.embedder import SentenceTransformerEmbedder
 
     embedder = SentenceTransformerEmbedder(device="cpu")
     vectors = embedder.embed_batch([t for d in dialogues for t in d.texts])
@@ -130,7 +130,7 @@ def every_four(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
 
 
 def old_heuristic(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
-    """The rule in memory/segmentation.py before issue 19 (kept selectable as method="window")."""
+    """The rule in memory/episodes/segmentation.py before issue 19 (kept selectable as method="window")."""
     policy = SegmentationPolicy(min_messages=2, max_messages=1000, method="window")
     return _cuts(dialogue, vectors, policy)
 
@@ -197,10 +197,10 @@ METHODS: dict[str, Callable[[Dialogue, np.ndarray], list[int]]] = {
 
 
 def llm_method() -> tuple[str, Callable[[Dialogue, np.ndarray], list[int]]] | None:
-    """The LLM segmenter (memory/llm_segmenter.py) with the configured LLM (EPIMEM_LLM_*), or None."""
-    from memory.llm import client_from_settings
-    from memory.llm_segmenter import LLMSegmenter
-    from memory.settings import Settings
+    """The LLM segmenter (memory/episodes/llm_segmenter.py) with the configured LLM (EPIMEM_LLM_*), or None."""
+    from api.settings import Settings
+    from memory.episodes.llm_segmenter import LLMSegmenter
+    from memory.llm.client import client_from_settings
 
     settings = Settings()
     if not settings.llm_configured:

@@ -38,9 +38,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from api.app import create_app  # noqa: E402
 from api.facade import Epimem  # noqa: E402
+from api.settings import Settings  # noqa: E402
 from api.telemetry import setup_tracing  # noqa: E402
 from memory import tracing  # noqa: E402
-from memory.settings import Settings  # noqa: E402
 
 TOPICS = ["hiking at Lake Tahoe", "a new puppy called Rex", "pottery classes", "a job interview", "a trip to Lisbon"]
 QUERIES = ["Who has a dog?", "Where did they hike?", "What about pottery?", "the interview", "travel plans"]

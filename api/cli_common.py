@@ -1,0 +1,103 @@
+"""What every ``epimem`` command shares: the consoles, the common options, the in-process service
+on the data folder with its errors as one plain line, JSON output, progress bars."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from api.facade import Epimem
+from api.settings import Settings
+from api.startup import StartupError, check_data_dir
+from memory.embedding.lazy import LazyEmbedder
+from memory.errors import EpimemError
+
+out = Console()
+err = Console(stderr=True)
+
+DataDir = Annotated[
+    Path | None,
+    typer.Option("--data-dir", envvar="EPIMEM_DATA_DIR", help="data folder (default ./data)", show_default=False),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
+Session = Annotated[str | None, typer.Option("--session", "-s", help="only this session")]
+
+
+def settings_for(data_dir: Path | None) -> Settings:
+    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+
+
+@contextmanager
+def open_service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
+    # ctx.obj may carry an already loaded embedder (tests, or a host program invoking the CLI).
+    embedder = (ctx.obj or {}).get("embedder") if isinstance(ctx.obj, dict) else None
+    settings = settings_for(data_dir)
+    try:
+        if settings.chroma_host is None:
+            check_data_dir(settings.data_dir)
+        service = Epimem.from_settings(settings, background=False, embedder=embedder)
+        if isinstance(service.embedder, LazyEmbedder):  # say what the wait is for, if the command needs the model
+            service.embedder.announce = lambda: err.print("loading the embedding model…", style="dim")
+    except StartupError as error:
+        fail(str(error), 1)
+    except EpimemError as error:  # e.g. the folder is held by a running server
+        fail(f"({error.code}) {error.message}", 1)
+    try:
+        yield service
+    except EpimemError as error:
+        err.print(f"[red]error[/red] ({error.code}): {escape(error.message)}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    except ValueError as error:  # bad input caught by validation (ids, query fields)
+        err.print(f"[red]error[/red] (invalid_input): {escape(str(error))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        service.close()
+
+
+def print_json(value: Any) -> None:
+    if isinstance(value, BaseModel):
+        text = value.model_dump_json(indent=2)
+    else:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=json_default)
+    sys.stdout.write(text + "\n")
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def short(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fail(message: str, status: int = 2) -> NoReturn:
+    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(status)
+
+
+def progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )

@@ -1,0 +1,239 @@
+"""The composition root: the only place that reads ``Settings`` and builds epimem from them — the
+store, the embedder, the LLM client, the episode generator and segmenter, the coordinator, the
+ingestor and its worker, the lifecycle parts, the memory service, and the read path over it.
+Everything below takes plain keyword arguments."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.embedding.lazy import LazyEmbedder
+from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
+from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
+from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
+from memory.ingest.ingestor import Ingestor
+from memory.ingest.worker import FormationWorker
+from memory.lifecycle.deletion import Deleter
+from memory.lifecycle.reembed import Reembedder
+from memory.lifecycle.summaries import Summariser
+from memory.lifecycle.transfer import Transfer
+from memory.llm.stats import LLMCallStats, Reporting
+from memory.service import MemoryService
+from memory.store.connection import open_connection
+from memory.store.factory import Store, open_store
+from memory.store.folder_lock import release_folder
+from retrieval.context import ContextBuilder
+from retrieval.overview import Overview
+from retrieval.search import Searcher
+
+if TYPE_CHECKING:
+    from api.facade import Epimem
+    from memory.llm.client import LLMClient
+
+
+def settings_with(settings: Settings | None, overrides: dict[str, Any]) -> Settings:
+    if settings is None:
+        return Settings(**overrides)
+    return Settings(**{**settings.model_dump(), **overrides}) if overrides else settings
+
+
+def build_service(
+    settings: Settings | None = None,
+    *,
+    background: bool = True,
+    embedder: SentenceTransformerEmbedder | None = None,
+    generator: ReportingGenerator | None = None,
+    **overrides: Any,
+) -> Epimem:
+    """The service the settings describe. ``embedder`` lets several services in one process share one
+    loaded model (tests, notebooks); ``generator`` replaces the configured episode generator (tests)."""
+    settings = settings_with(settings, overrides)
+    closers = ExitStack()
+    try:
+        return _build(settings, closers, background=background, embedder=embedder, generator=generator)
+    except BaseException:
+        closers.close()  # e.g. the folder lock taken before a later part failed
+        raise
+
+
+def _build(
+    settings: Settings,
+    closers: ExitStack,
+    *,
+    background: bool,
+    embedder: SentenceTransformerEmbedder | None,
+    generator: ReportingGenerator | None,
+) -> Epimem:
+    embedder = embedder or lazy_embedder(settings)
+    store = open_store(build_connection(settings, closers), model_id=embedder.model_id)
+    client = llm_client(settings, closers)
+    if generator is None:
+        generator = build_generator(settings, client)
+    policy = segmentation_policy(settings)
+    segmenter, segmenter_stats = build_segmenter(settings, policy, client)
+    ingestor = Ingestor(
+        log=store.log,
+        vectors=store.vectors,
+        embedder=embedder,
+        generator=generator,
+        segmenter=segmenter,
+        policy=policy,
+        auto_flush_pending=settings.auto_flush_pending,
+        coordinator=build_coordinator(settings, store, closers),
+        generation_concurrency=settings.llm_concurrency if client is not None else 1,
+    )
+    summariser = Summariser(
+        log=store.log, vectors=store.vectors, embedder=embedder, generator=generator if client is not None else None
+    )
+    llm_components: dict[str, Reporting[LLMCallStats]] = {"generator": generator}  # offline: all zero
+    if segmenter_stats is not None:
+        llm_components["segmenter"] = segmenter_stats
+    memory = MemoryService(
+        store=store,
+        generator=generator,
+        ingestor=ingestor,
+        summariser=summariser,
+        deleter=Deleter(
+            log=store.log,
+            vectors=store.vectors,
+            admin=store.admin,
+            embedder=embedder,
+            generator=generator,
+            summariser=summariser,
+        ),
+        reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
+        transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),
+        worker=FormationWorker(ingestor, scan_interval_s=scan_interval(settings)) if background else None,
+        llm_components=llm_components,
+        closers=[closers.close],
+    )
+    return read_side(settings, memory, embedder)
+
+
+def read_side(settings: Settings, memory: MemoryService, embedder: SentenceTransformerEmbedder) -> Epimem:
+    """The read path over the memory service (its caches told of every change), and the facade."""
+    from api.facade import Epimem
+
+    store = memory.store
+    searcher = Searcher(vectors=store.vectors, log=store.log, embedder=embedder)
+    memory.subscribe("keyword-index", searcher.forget_group)
+    wordpieces = embedder.count_tokens if settings.context_token_count == "wordpieces" else None
+    return Epimem(
+        settings=settings,
+        memory=memory,
+        embedder=embedder,
+        searcher=searcher,
+        context_builder=ContextBuilder(searcher=searcher, count_wordpieces=wordpieces),
+        overview=Overview(log=store.log, vectors=store.vectors),
+    )
+
+
+def lazy_embedder(settings: Settings) -> LazyEmbedder:
+    """The configured embedder, loaded on first use (commands that embed nothing never load it)."""
+
+    def load() -> SentenceTransformerEmbedder:
+        return SentenceTransformerEmbedder(
+            model=settings.embedding_model,
+            device=settings.embedding_device,
+            backend=settings.embedding_backend,
+            onnx_dir=settings.data_dir / "models",
+            batch_size=settings.embedding_batch_size,
+            cache_size=settings.embedding_cache_size,
+        )
+
+    return LazyEmbedder(model=settings.embedding_model, backend=settings.embedding_backend, load=load)
+
+
+def build_connection(settings: Settings, closers: ExitStack) -> Any:
+    """A Chroma server connection, or the process's embedded Chroma on the data folder (its folder
+    lock is released when the service closes)."""
+    connection = open_connection(
+        data_dir=settings.data_dir,
+        host=settings.chroma_host,
+        port=settings.chroma_port,
+        ssl=settings.chroma_ssl,
+        timeout_s=settings.chroma_timeout_s,
+        recycle_after=settings.chroma_recycle_after,
+        max_open=settings.chroma_max_open,
+    )
+    if not settings.chroma_host:
+        closers.callback(release_folder, settings.data_dir)
+    return connection
+
+
+def llm_client(settings: Settings, closers: ExitStack) -> LLMClient | None:
+    """The LLM client when an LLM endpoint or key is configured (closed with the service)."""
+    if not settings.llm_configured:
+        return None
+    from memory.llm.client import LLMClient  # the openai package: imported only when an LLM is configured
+
+    client = LLMClient(
+        model=settings.llm_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key.get_secret_value() if settings.llm_api_key else None,
+        timeout_s=settings.llm_timeout_s,
+        max_retries=settings.llm_max_retries,
+        concurrency=settings.llm_concurrency,
+        backoff_s=settings.llm_retry_backoff_s,
+        max_tokens=settings.llm_max_tokens,
+    )
+    closers.callback(client.close)
+    return client
+
+
+def build_generator(settings: Settings, client: LLMClient | None) -> ReportingGenerator:
+    """Offline without an LLM; otherwise the LLM, with offline fallback."""
+    if client is None:
+        return OfflineEpisodeGenerator()
+    from memory.episodes.llm_generator import LLMEpisodeGenerator
+
+    return LLMEpisodeGenerator(client, timestamp_margin=timedelta(days=settings.llm_timestamp_margin_days))
+
+
+def segmentation_policy(settings: Settings) -> SegmentationPolicy:
+    """The policy the ``EPIMEM_EPISODE_*`` / ``EPIMEM_SEGMENTATION_*`` settings describe."""
+    return SegmentationPolicy(
+        min_messages=settings.episode_min_messages,
+        max_messages=settings.episode_max_messages,
+        time_gap=timedelta(minutes=settings.episode_time_gap_minutes),
+        topic_shift_threshold=settings.topic_shift_threshold,
+        topic_window=settings.topic_window,
+        method=settings.segmentation_method,
+        target_messages=settings.episode_target_messages,
+    )
+
+
+def build_segmenter(
+    settings: Settings, policy: SegmentationPolicy, client: LLMClient | None
+) -> tuple[Segmenter, Reporting[LLMCallStats] | None]:
+    """The LLM segmenter (sharing the generator's client and its concurrency limit, reporting its LLM
+    calls) when an LLM is configured and LLM segmentation is on; the heuristic segmenter otherwise."""
+    if client is not None and settings.llm_segmentation:
+        from memory.episodes.llm_segmenter import LLMSegmenter
+
+        segmenter = LLMSegmenter(client, policy=policy, window=settings.llm_segmenter_window)
+        return segmenter, segmenter
+    return HeuristicSegmenter(policy), None
+
+
+def build_coordinator(settings: Settings, store: Store, closers: ExitStack) -> Coordinator:
+    """Leases in the shared Chroma when several servers may write the same sessions."""
+    use_lease = settings.coordination == "lease" or (settings.coordination == "auto" and bool(settings.chroma_host))
+    if not use_lease:
+        return LocalCoordinator()
+    coordinator = LeaseCoordinator(
+        store.log, node_id=settings.node_id, ttl_s=settings.lease_ttl_s, wait_s=settings.lease_wait_s
+    )
+    closers.callback(coordinator.close)
+    return coordinator
+
+
+def scan_interval(settings: Settings) -> float:
+    """Background scans for unfinished sessions: every minute with a Chroma server, off embedded."""
+    if settings.formation_scan_interval_s is not None:
+        return settings.formation_scan_interval_s
+    return 60.0 if settings.chroma_host else 0.0

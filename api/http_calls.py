@@ -1,0 +1,237 @@
+"""Every operation of the HTTP API described once, for both clients (``api.client``): its method,
+path, parameters and body, and how its answer is read; and the server's error body read back as
+the matching ``EpimemError``. Depends on pydantic and httpx only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypedDict, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from api.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
+from api.schemas import EpisodeOut, EpisodesOut, HistoryOut, SearchOut, SessionsOut
+from memory import errors
+from memory.errors import EpimemError, InvalidInputError
+from memory.models import Episode, GroupConfiguration, Message, SessionInfo
+from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
+from retrieval.types import ContextQuery, ContextResult, SearchHit, SearchQuery, TimelinePage
+
+T = TypeVar("T")
+MessageInput = Message | Mapping[str, Any]
+
+
+def _error_classes() -> dict[str, type[EpimemError]]:
+    found: dict[str, type[EpimemError]] = {}
+    pending: list[type[EpimemError]] = [EpimemError]
+    while pending:
+        cls = pending.pop()
+        found.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+_BY_STATUS: dict[int, type[EpimemError]] = {
+    400: errors.InvalidInputError,
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: errors.NotFoundError,
+    405: errors.InvalidInputError,
+    409: errors.ConflictError,
+    413: PayloadTooLargeError,
+    422: errors.InvalidInputError,
+    503: errors.StoreUnavailableError,
+}
+
+
+def error_from_response(response: httpx.Response) -> EpimemError:
+    """The server's ``{"error": {"code", "message", "details"}}`` as the matching exception."""
+    try:
+        body = response.json()["error"]
+        code, message, details = str(body["code"]), str(body["message"]), body.get("details")
+    except (ValueError, KeyError, TypeError):
+        code, message, details = "", f"HTTP {response.status_code}: {response.text[:200]}", None
+    cls = _error_classes().get(code) or _BY_STATUS.get(response.status_code, EpimemError)
+    if issubclass(cls, errors.StoreUnavailableError):
+        retry = response.headers.get("retry-after", "5")
+        return cls(message, retry_after=int(retry) if retry.isdigit() else 5, details=details)
+    return cls(message, details=details)
+
+
+def path_segment(value: str) -> str:
+    """One URL path segment. Ids with '/' cannot be addressed; '.'/'..' are encoded so that no URL
+    normalisation turns them into a different path."""
+    if "/" in value:
+        raise InvalidInputError("ids containing '/' cannot be addressed over HTTP; use the Python facade")
+    if value and set(value) == {"."}:
+        return "%2E" * len(value)
+    return quote(value, safe="")
+
+
+def _model(cls: type[BaseModel]) -> Callable[[httpx.Response], Any]:
+    return lambda response: cls.model_validate_json(response.content)
+
+
+def _part(wrapper: type[BaseModel], name: str) -> Callable[[httpx.Response], Any]:
+    """One field of a response object (its wrapper is the server's own, from ``api.schemas``)."""
+    return lambda response: getattr(wrapper.model_validate_json(response.content), name)
+
+
+def _dataclass(kind: type[T]) -> Callable[[httpx.Response], T]:
+    adapter = TypeAdapter(kind)
+    return lambda response: adapter.validate_json(response.content)
+
+
+class SummaryOptions(TypedDict, total=False):
+    days_back: float
+    max_memories_per_summary: int
+    session_id: str | None
+    reference_time: datetime | None
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def group_path(group_id: str) -> str:
+    return f"/v1/groups/{path_segment(group_id)}"
+
+
+def session_path(group_id: str, session_id: str) -> str:
+    return f"{group_path(group_id)}/sessions/{path_segment(session_id)}"
+
+
+def _messages_json(messages: Iterable[MessageInput]) -> list[Any]:
+    return [m.model_dump(mode="json") if isinstance(m, Message) else dict(m) for m in messages]
+
+
+def _params(**values: Any) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else str(v)) for k, v in values.items() if v is not None}
+
+
+def _delete(path: str) -> Call[DeletionReceipt]:
+    return Call("DELETE", path, _dataclass(DeletionReceipt))
+
+
+class Calls:
+    """Every operation, described once."""
+
+    @staticmethod
+    def add_messages(group_id: str, session_id: str, messages: Iterable[MessageInput]) -> Call[AddReceipt]:
+        body = {"messages": _messages_json(messages)}
+        return Call("POST", session_path(group_id, session_id) + "/messages", _dataclass(AddReceipt), json=body)
+
+    @staticmethod
+    def flush(group_id: str, session_id: str) -> Call[list[Episode]]:
+        return Call("POST", session_path(group_id, session_id) + "/flush", _part(EpisodesOut, "episodes"))
+
+    @staticmethod
+    def history(group_id: str, session_id: str, limit: int, offset: int) -> Call[list[Message]]:
+        return Call(
+            "GET",
+            session_path(group_id, session_id) + "/messages",
+            _part(HistoryOut, "messages"),
+            params=_params(limit=limit, offset=offset),
+        )
+
+    @staticmethod
+    def search(group_id: str, query: str | SearchQuery, options: dict[str, Any]) -> Call[list[SearchHit]]:
+        search = query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
+        body = search.model_dump(mode="json", exclude_defaults=True)
+        return Call("POST", group_path(group_id) + "/search", _part(SearchOut, "hits"), json=body)
+
+    @staticmethod
+    def context(group_id: str, query: str | ContextQuery, options: dict[str, Any]) -> Call[ContextResult]:
+        request = query if isinstance(query, ContextQuery) else ContextQuery(query=query, **options)
+        body = request.model_dump(mode="json", exclude_defaults=True)
+        return Call("POST", group_path(group_id) + "/context", _model(ContextResult), json=body)
+
+    @staticmethod
+    def timeline(group_id: str, params: dict[str, Any]) -> Call[TimelinePage]:
+        return Call("GET", group_path(group_id) + "/timeline", _model(TimelinePage), params=_params(**params))
+
+    @staticmethod
+    def get_episode(group_id: str, session_id: str, episode_id: str, expand: bool) -> Call[EpisodeOut]:
+        path = f"{session_path(group_id, session_id)}/episodes/{path_segment(episode_id)}"
+        return Call("GET", path, _model(EpisodeOut), params={"expand": "messages"} if expand else {})
+
+    @staticmethod
+    def put_group(config: GroupConfiguration) -> Call[GroupConfiguration]:
+        body = config.model_dump(mode="json", include={"description", "agent_ids", "user_ids", "metadata"})
+        return Call("PUT", group_path(config.group_id), _model(GroupConfiguration), json=body)
+
+    @staticmethod
+    def get_group(group_id: str) -> Call[GroupConfiguration]:
+        return Call("GET", group_path(group_id), _model(GroupConfiguration))
+
+    @staticmethod
+    def put_session(info: SessionInfo) -> Call[SessionInfo]:
+        body = info.model_dump(mode="json", include={"title", "agent_ids", "user_ids", "metadata"})
+        return Call("PUT", session_path(info.group_id, info.session_id), _model(SessionInfo), json=body)
+
+    @staticmethod
+    def get_session(group_id: str, session_id: str) -> Call[SessionInfo]:
+        return Call("GET", session_path(group_id, session_id), _model(SessionInfo))
+
+    @staticmethod
+    def list_sessions(group_id: str) -> Call[list[SessionInfo]]:
+        return Call("GET", group_path(group_id) + "/sessions", _part(SessionsOut, "sessions"))
+
+    @staticmethod
+    def delete_message(group_id: str, session_id: str, message_id: str) -> Call[DeletionReceipt]:
+        return _delete(f"{session_path(group_id, session_id)}/messages/{path_segment(message_id)}")
+
+    @staticmethod
+    def delete_episode(group_id: str, session_id: str, episode_id: str) -> Call[DeletionReceipt]:
+        return _delete(f"{session_path(group_id, session_id)}/episodes/{path_segment(episode_id)}")
+
+    @staticmethod
+    def delete_session(group_id: str, session_id: str) -> Call[DeletionReceipt]:
+        return _delete(session_path(group_id, session_id))
+
+    @staticmethod
+    def delete_group(group_id: str) -> Call[DeletionReceipt]:
+        return _delete(group_path(group_id))
+
+    @staticmethod
+    def summaries(
+        group_id: str,
+        *,
+        days_back: float = 7,
+        max_memories_per_summary: int = 50,
+        session_id: str | None = None,
+        reference_time: datetime | None = None,
+    ) -> Call[list[Episode]]:
+        body = {
+            "days_back": days_back,
+            "max_memories_per_summary": max_memories_per_summary,
+            "session_id": session_id,
+            "reference_time": reference_time.isoformat() if reference_time is not None else None,
+        }
+        json = {key: value for key, value in body.items() if value is not None}
+        return Call("POST", group_path(group_id) + "/summaries", _part(EpisodesOut, "episodes"), json=json)
+
+    @staticmethod
+    def import_group(lines: Iterable[str], group_id: str) -> Call[ImportReceipt]:
+        content = "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
+        headers = {"content-type": "application/x-ndjson"}
+        return Call(
+            "POST", group_path(group_id) + "/import", _dataclass(ImportReceipt), content=content, headers=headers
+        )
+
+    @staticmethod
+    def export(group_id: str, include_embeddings: bool) -> Call[None]:
+        """Streamed: the clients read the lines themselves."""
+        params = {"include_embeddings": str(include_embeddings).lower()}
+        return Call("GET", group_path(group_id) + "/export", lambda _response: None, params=params)

@@ -1,0 +1,160 @@
+"""Deletion that leaves nothing behind, with repair of what was built from the deleted data.
+
+Rules:
+
+- deleting a message removes it from the log and its vector from the partition and the group
+  index; the episode built from it is regenerated from the remaining messages with the same
+  generator (same episode id, so links stay valid) or deleted if none remain;
+- deleting an episode removes it and its source messages (everything it was made of);
+- deleting a summary removes only the summary and clears ``summarised_by`` on its sources;
+- whenever an episode changes or goes, the summaries citing it are rebuilt from the sources that
+  remain (same summary id) or deleted when none remain;
+- deleting a session or a group drops its collections; a group delete also sweeps every
+  collection whose metadata names the group, and is idempotent.
+
+On embedded Chroma every delete ends by erasing the bytes it left in the data folder
+(``StoreAdmin.erase``). Locking is the caller's (``memory.service``): these run alone on their group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memory.embedding.embedder import Embedder
+from memory.episodes.generation import EpisodeGenerator
+from memory.errors import NotFoundError
+from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
+from memory.models import Episode, Message, Segment
+from memory.receipts import DeletionReceipt
+from memory.store.protocols import Administration, LogWriter, VectorWriter
+from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord, message_record_id
+from memory.text import episode_embedding_text
+
+
+class Deleter:
+    def __init__(
+        self,
+        *,
+        log: LogWriter,
+        vectors: VectorWriter,
+        admin: Administration,
+        embedder: Embedder,
+        generator: EpisodeGenerator,
+        summariser: Summariser,
+    ) -> None:
+        self._log = log
+        self._vectors = vectors
+        self._admin = admin
+        self._embedder = embedder
+        self._generator = generator
+        self._summariser = summariser
+
+    # -- messages and episodes ---------------------------------------------------------------------
+
+    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+        if message_id not in self._log.get_messages(group_id, session_id, [message_id]):
+            raise NotFoundError("no such message in this session")
+        built_from = [e for e in self._session_episodes(group_id, session_id) if message_id in e.source_message_ids]
+        receipt = self._delete_messages(group_id, session_id, [message_id])
+        changed: set[str] = set()
+        for episode in built_from:
+            remaining = [m for m in episode.source_message_ids if m != message_id]
+            stored = self._log.get_messages(group_id, session_id, remaining)
+            messages = sorted((stored[m].message for m in remaining if m in stored), key=lambda m: m.timestamp)
+            if messages:
+                self._regenerate(episode, messages)
+                receipt.repaired.append(episode.uuid)
+            else:
+                self._delete_vectors(receipt, group_id, session_id, [episode.uuid])
+                receipt.episodes.append(episode.uuid)
+            changed.add(episode.uuid)
+        receipt.merge(self._repair_summaries(group_id, changed))
+        self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
+        return receipt
+
+    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+        selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
+        found = self._vectors.episodes(group_id, ids=[episode_id], selection=selection)
+        if not found:
+            raise NotFoundError("no such episode in this session")
+        episode = found[0]
+        receipt = DeletionReceipt()
+        if episode.source_episode_ids:  # a summary: its sources stay
+            self._summariser.unmark(group_id, episode)
+            self._delete_vectors(receipt, group_id, session_id, [episode_id])
+            receipt.summaries.append(episode_id)
+        else:
+            self._delete_vectors(receipt, group_id, session_id, [episode_id])
+            receipt.episodes.append(episode_id)
+            stored = self._log.get_messages(group_id, session_id, list(episode.source_message_ids))
+            receipt.merge(self._delete_messages(group_id, session_id, list(stored)))
+            receipt.merge(self._repair_summaries(group_id, {episode_id}))
+        self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
+        return receipt
+
+    def _delete_messages(self, group_id: str, session_id: str, message_ids: list[str]) -> DeletionReceipt:
+        """Messages from the log and their vectors from the partition and the index."""
+        removed = self._log.delete_messages(group_id, session_id, message_ids)
+        receipt = DeletionReceipt(log_records=len(removed), ids=list(removed), messages=list(message_ids))
+        self._delete_vectors(receipt, group_id, session_id, [message_record_id(session_id, m) for m in message_ids])
+        return receipt
+
+    def _delete_vectors(self, receipt: DeletionReceipt, group_id: str, session_id: str, ids: Sequence[str]) -> None:
+        count, removed = self._vectors.delete(group_id, session_id, ids)
+        receipt.vectors += count
+        receipt.ids += removed
+
+    def _session_episodes(self, group_id: str, session_id: str) -> list[Episode]:
+        selection = RecordFilter(session_ids=(session_id,), kinds=(RecordKind.EPISODE,))
+        return self._vectors.episodes(group_id, selection=selection)
+
+    def _regenerate(self, episode: Episode, messages: Sequence[Message]) -> Episode:
+        """The episode again from what remains, by the same generator; same id, markers kept."""
+        segment = Segment(messages=tuple(messages), boundary_reason=episode.boundary_reason)
+        made = self._generator.generate(
+            segment, group_id=episode.group_id, session_id=episode.session_id, episode_id=episode.uuid
+        )
+        rebuilt = made.model_copy(
+            update={"summarised_by": episode.summarised_by, "user_metadata": episode.user_metadata}
+        )
+        vector = self._embedder.embed_batch([episode_embedding_text(rebuilt)])[0]
+        self._vectors.replace(episode.group_id, episode.session_id, VectorRecord.of_episode(rebuilt, vector))
+        return rebuilt
+
+    def _repair_summaries(self, group_id: str, episode_ids: set[str]) -> DeletionReceipt:
+        receipt = DeletionReceipt()
+        if episode_ids:
+            for summary in self._summariser.summaries_citing(group_id, episode_ids):
+                receipt.merge(self._summariser.refresh(group_id, summary)[1])
+        return receipt
+
+    # -- sessions and groups ---------------------------------------------------------------------------
+
+    def delete_session(self, group_id: str, session_id: str) -> DeletionReceipt:
+        """Its collections and records; the group summaries citing it are rebuilt from what remains."""
+        episodes = {e.uuid for e in self._session_episodes(group_id, session_id)}
+        selection = RecordFilter(session_ids=(session_id,), kinds=(RecordKind.SUMMARY,))
+        own_summaries = self._vectors.episodes(group_id, selection=selection)
+        for summary in own_summaries:  # sources in other sessions stay, unmarked
+            self._summariser.unmark(group_id, summary)
+        messages = [s.message.id for s in self._log.list_messages(group_id, session_id)]
+        receipt = self._admin.drop_session(group_id, session_id)
+        receipt.messages += messages
+        receipt.episodes += sorted(episodes)
+        receipt.summaries += [s.uuid for s in own_summaries]
+        receipt.merge(self._repair_summaries(group_id, episodes))
+        return receipt
+
+    def delete_group(self, group_id: str) -> DeletionReceipt:
+        return self._admin.drop_group(group_id)
+
+    def purge_lease_residue(self, group_id: str, session_ids: Sequence[str], *, group_deleted: bool) -> None:
+        """Released formation leases of deleted sessions name them; remove those records (and a log
+        that a lease release re-created for a deleted group); then erase what the delete left on disk."""
+        for session_id in session_ids:
+            released = [int(m["epoch"]) for m in self._log.lease_records(group_id, session_id) if m.get("released")]
+            if released:
+                self._log.delete_leases(group_id, session_id, released)
+        if group_deleted:
+            self._admin.drop_log_if_empty(group_id)
+        self._admin.erase(group_id, [*session_ids, GROUP_SUMMARY_SESSION], group_deleted=group_deleted)

@@ -1,0 +1,269 @@
+"""The memory side of epimem as one service: every write, lifecycle operation and log read, each
+under the right locks, with the caches of the read path told about every change.
+
+Locks (one process): adds of a group hold the group's gate shared; lifecycle operations (deletes,
+summaries, import, re-embedding) hold it exclusively and also take the formation locks of the
+sessions they touch, in a fixed order (formation takes them the same way). A message acknowledged
+before ``delete_group`` was called is gone afterwards; a message whose add starts after it returned
+is kept; an add that overlaps the delete is either wholly gone or wholly kept — never a message
+without its session record, nor vectors without their log.
+
+Change notification: whatever rewrites or removes records of a group calls every listener
+(``subscribe``) with the group id once it is done, so the read path's caches are dropped in one
+place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from memory.episodes.generation import GeneratorStats, ReportingGenerator
+from memory.errors import NotFoundError
+from memory.ingest.ingestor import Ingestor, StageTimings
+from memory.ingest.worker import FormationWorker
+from memory.lifecycle.deletion import Deleter
+from memory.lifecycle.export_format import ExportContents
+from memory.lifecycle.reembed import Progress, Reembedder, ReembedReport
+from memory.lifecycle.summaries import Summariser
+from memory.lifecycle.transfer import Transfer
+from memory.llm.stats import LLMCallStats, Reporting
+from memory.locks import ReadersWriterLock
+from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
+from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
+from memory.store.factory import Store
+
+log = logging.getLogger("epimem")
+
+Listener = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServiceStats:
+    """One snapshot of what the service has done: what ``/metrics`` reads."""
+
+    generator: GeneratorStats
+    llm: dict[str, LLMCallStats]  # LLM-backed component ("generator", "segmenter") -> its counters
+    ingest: StageTimings
+    open_collections: int
+    formation_queue: int | None  # None without a background worker
+    formation_failures: int
+
+
+class MemoryService:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        generator: ReportingGenerator,
+        ingestor: Ingestor,
+        summariser: Summariser,
+        deleter: Deleter,
+        reembedder: Reembedder,
+        transfer: Transfer,
+        worker: FormationWorker | None = None,
+        llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
+        closers: Sequence[Callable[[], None]] = (),
+    ) -> None:
+        self.store = store
+        self._generator = generator
+        self._ingestor = ingestor
+        self._summariser = summariser
+        self._deleter = deleter
+        self._reembedder = reembedder
+        self._transfer = transfer
+        self._worker = worker
+        self._llm_components = dict(llm_components or {})
+        self._closers = list(closers)
+        self._gate = ReadersWriterLock()
+        self._listeners: list[tuple[str, Listener]] = []
+
+    def subscribe(self, cache: str, listener: Listener) -> None:
+        """Call ``listener(group_id)`` after every change of a group's records; ``cache`` names what
+        it clears (deletion receipts list it)."""
+        self._listeners.append((cache, listener))
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+        for close in self._closers:
+            close()
+
+    # -- locks and change notification ----------------------------------------------------------------
+
+    def _changed(self, group_id: str, receipt: DeletionReceipt | None = None) -> None:
+        for cache, listener in self._listeners:
+            listener(group_id)
+            if receipt is not None:
+                receipt.caches.append(cache)
+        if receipt is not None and receipt.collections:
+            receipt.caches.append("collection-handles")
+
+    @contextmanager
+    def _alone(self, group_id: str, session_ids: Iterable[str]) -> Iterator[None]:
+        """The group alone (adds wait) and the sessions' formation locks."""
+        with self._gate.exclusive(group_id), self._ingestor.hold(group_id, session_ids):
+            yield
+
+    def _session_ids(self, group_id: str) -> list[str]:
+        return [info.session_id for info in self.store.log.list_sessions(group_id)]
+
+    # -- writes ----------------------------------------------------------------------------------------
+
+    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
+        with self._gate.shared(group_id):
+            receipt = self._ingestor.add_messages(group_id, session_id, messages)
+        if self._ingestor.needs_formation(receipt):
+            if self._worker is not None:
+                self._worker.submit(group_id, session_id)
+            else:
+                self._ingestor.form_closed(group_id, session_id)
+        return receipt
+
+    def flush(self, group_id: str, session_id: str, *, reason: BoundaryReason = BoundaryReason.FLUSH) -> list[Episode]:
+        return self._ingestor.flush(group_id, session_id, reason=reason)
+
+    def flush_group(self, group_id: str) -> list[Episode]:
+        return self._ingestor.form([(group_id, s) for s in self._session_ids(group_id)], close_tail=True)
+
+    def ingest_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> list[Episode]:
+        """Several sessions of one group at once, formed in one batch (one embedding pass)."""
+        for session_id, messages in sessions.items():
+            with self._gate.shared(group_id):
+                self._ingestor.add_messages(group_id, session_id, messages)
+        return self._ingestor.form([(group_id, s) for s in sessions], close_tail=True)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return self._worker.wait_idle(timeout) if self._worker is not None else True
+
+    def recover(self) -> list[Episode]:
+        """Finish what a crash interrupted: summary runs are rolled back, episodes are formed."""
+        for group_id in self.store.log.list_groups():
+            if self._summariser.rollback_unfinished(group_id):
+                self._changed(group_id)
+        return self._ingestor.recover()
+
+    # -- groups, sessions, messages (reads of the log) -------------------------------------------------
+
+    def put_group(self, config: GroupConfiguration) -> None:
+        self.store.log.put_group_config(config)
+
+    def group(self, group_id: str) -> GroupConfiguration:
+        """The group's configuration (a default one for a group that has sessions but none set)."""
+        config = self.store.log.get_group_config(group_id)
+        if config is not None:
+            return config
+        if not self.store.log.list_sessions(group_id):
+            raise NotFoundError("group not found")
+        return GroupConfiguration(group_id=group_id)
+
+    def group_exists(self, group_id: str) -> bool:
+        """Whether anything names the group (its registry entry or a session)."""
+        return self.store.log.group_exists(group_id) or bool(self.store.log.list_sessions(group_id))
+
+    def groups(self) -> list[str]:
+        return self.store.log.list_groups()
+
+    def put_session(self, info: SessionInfo) -> None:
+        self.store.log.put_session_info(info)
+
+    def session(self, group_id: str, session_id: str) -> SessionInfo:
+        info = self.store.log.get_session_info(group_id, session_id)
+        if info is None:
+            raise NotFoundError("session not found")
+        return info
+
+    def sessions(self, group_id: str) -> list[SessionInfo]:
+        return self.store.log.list_sessions(group_id)
+
+    def messages(self, group_id: str, session_id: str, *, unfinished: bool = False) -> list[Message]:
+        """The session's messages in event-time order (``unfinished``: only those not in an episode yet)."""
+        states = [MessageState.PENDING, MessageState.FORMING] if unfinished else None
+        return [stored.message for stored in self.store.log.list_messages(group_id, session_id, states=states)]
+
+    def vector_count(self, group_id: str) -> int:
+        return self.store.vectors.count(group_id)
+
+    def heartbeat(self) -> None:
+        """Raises ``StoreUnavailableError`` when the store cannot be reached."""
+        self.store.admin.heartbeat()
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+        with self._alone(group_id, [session_id]):
+            receipt = self._deleter.delete_message(group_id, session_id, message_id)
+        self._changed(group_id, receipt)
+        return receipt
+
+    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+        with self._alone(group_id, [session_id]):
+            receipt = self._deleter.delete_episode(group_id, session_id, episode_id)
+        self._changed(group_id, receipt)
+        return receipt
+
+    def delete_session(self, group_id: str, session_id: str) -> DeletionReceipt:
+        with self._gate.exclusive(group_id):
+            with self._ingestor.hold(group_id, [session_id]):
+                receipt = self._deleter.delete_session(group_id, session_id)
+            self._deleter.purge_lease_residue(group_id, [session_id], group_deleted=False)
+        self._changed(group_id, receipt)
+        return receipt
+
+    def delete_group(self, group_id: str) -> DeletionReceipt:
+        with self._gate.exclusive(group_id):
+            sessions = self._session_ids(group_id)
+            with self._ingestor.hold(group_id, sessions):
+                receipt = self._deleter.delete_group(group_id)
+            self._deleter.purge_lease_residue(group_id, sessions, group_deleted=True)
+        log.info("deleted a group with %d sessions", len(sessions))
+        self._changed(group_id, receipt)
+        return receipt
+
+    def generate_summaries(
+        self, group_id: str, session_id: str | None, start: datetime, end: datetime, max_units: int
+    ) -> list[Episode]:
+        with self._gate.exclusive(group_id):
+            sessions = [session_id] if session_id else self._session_ids(group_id)
+            with self._ingestor.hold(group_id, sessions):
+                self._summariser.rollback_unfinished(group_id)
+                planned = self._summariser.plan(group_id, session_id, start, end, max_units)
+                summaries = self._summariser.write(group_id, planned)
+        self._changed(group_id)
+        return summaries
+
+    def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
+        if not self.group_exists(group_id):
+            raise NotFoundError("group not found")
+        return self._transfer.export(group_id, include_embeddings=include_embeddings)
+
+    def import_group(self, contents: ExportContents, *, group_id: str | None = None) -> ImportReceipt:
+        target = group_id or contents.group_id
+        with self._alone(target, contents.session_ids):
+            receipt = self._transfer.import_(contents, group_id=target)
+        self._changed(target)
+        return receipt
+
+    def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
+        groups = [group_id] if group_id is not None else self._reembedder.groups()
+        with self._gate.exclusive_all(groups):
+            report = self._reembedder.reembed(group_id, progress)
+        for group in groups:
+            self._changed(group)
+        return report
+
+    # -- figures ------------------------------------------------------------------------------------------
+
+    def stats(self) -> ServiceStats:
+        worker = self._worker
+        return ServiceStats(
+            generator=self._generator.stats(),
+            llm={name: component.stats() for name, component in self._llm_components.items()},
+            ingest=self._ingestor.timings.snapshot(),
+            open_collections=self.store.admin.open_collections,
+            formation_queue=len(worker.pending()) if worker is not None else None,
+            formation_failures=worker.failures if worker is not None else 0,
+        )

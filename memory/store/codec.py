@@ -1,0 +1,234 @@
+"""How epimem's models are written into Chroma: collection names, record ids, record metadata and
+back, and the ``where`` clauses of a ``RecordFilter``. Only this package knows these.
+
+Collections (names are derived from hashes, so any id maps to a valid, collision-free name; the
+real ids live in metadata):
+
+- ``epm-registry``          one record per group (lets the service enumerate groups).
+- ``epm-l-<sha(group)>``    the group's log: messages verbatim with their processing state,
+                            SessionInfo and GroupConfiguration records, summary journals, formation
+                            leases. No vectors worth the name (a constant 1-d placeholder).
+- ``epm-p-<sha(group,session)>``  the partition: episode, summary and message vectors of one session.
+- ``epm-i-<sha(group)>``    the group index: the same vectors for the whole group, so that a
+                            group-wide search is one query instead of a fan-out over every partition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from memory.models import BoundaryReason, Episode, Message, MessageState, StoredMessage
+from memory.timeutil import from_epoch, to_epoch
+
+if TYPE_CHECKING:
+    from memory.store.records import RecordFilter
+
+REGISTRY = "epm-registry"
+GROUP_RECORD_ID = "group"
+PLACEHOLDER: Any = [0.0]
+
+
+def placeholders(count: int) -> Any:
+    """Log records carry a constant 1-d vector: Chroma needs one, and we never search the log."""
+    return [PLACEHOLDER] * count
+
+
+def digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def partition_name(group_id: str, session_id: str) -> str:
+    return f"epm-p-{digest(group_id, session_id)}"
+
+
+def log_name(group_id: str) -> str:
+    return f"epm-l-{digest(group_id)}"
+
+
+def index_name(group_id: str) -> str:
+    return f"epm-i-{digest(group_id)}"
+
+
+def registry_record_id(group_id: str) -> str:
+    return digest(group_id)
+
+
+def message_record_id(session_id: str, message_id: str) -> str:
+    return f"m-{digest(session_id, message_id)[:40]}"
+
+
+def session_record_id(session_id: str) -> str:
+    return f"s-{digest(session_id)[:40]}"
+
+
+def lease_record_id(session_id: str, epoch: int) -> str:
+    return f"lease-{digest(session_id)[:40]}-{epoch:012d}"
+
+
+def clean_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Chroma metadata values must be str/int/float/bool and not None."""
+    return {key: value for key, value in metadata.items() if value is not None}
+
+
+def episode_metadata(episode: Episode) -> dict[str, Any]:
+    return clean_metadata(
+        {
+            "kind": episode.episode_type.value,
+            "group_id": episode.group_id,
+            "session_id": episode.session_id,
+            "episode_id": episode.uuid,
+            "title": episode.title,
+            "ts": to_epoch(episode.timestamp),
+            "created": to_epoch(episode.created_at),
+            "content_type": episode.content_type.value,
+            "generation": episode.generation.value,
+            "boundary": episode.boundary_reason.value,
+            "message_count": episode.message_count,
+            "source_ids": json.dumps(list(episode.source_message_ids)),
+            "producer_id": episode.producer_id,
+            "produced_for_id": episode.produced_for_id,
+            "user_metadata": json.dumps(episode.user_metadata) if episode.user_metadata else None,
+            "summarised_by": episode.summarised_by,
+            "source_episode_ids": json.dumps(list(episode.source_episode_ids)) if episode.source_episode_ids else None,
+            "period_start": to_epoch(episode.period_start) if episode.period_start else None,
+            "period_end": to_epoch(episode.period_end) if episode.period_end else None,
+        }
+    )
+
+
+def episode_from_record(document: str, metadata: dict[str, Any]) -> Episode:
+    return Episode(
+        uuid=metadata["episode_id"],
+        episode_type=metadata["kind"],
+        content_type=metadata.get("content_type", "string"),
+        title=metadata["title"],
+        content=document,
+        timestamp=from_epoch(float(metadata["ts"])),
+        created_at=from_epoch(float(metadata["created"])),
+        group_id=metadata["group_id"],
+        session_id=metadata["session_id"],
+        producer_id=metadata.get("producer_id"),
+        produced_for_id=metadata.get("produced_for_id"),
+        user_metadata=json.loads(metadata["user_metadata"]) if metadata.get("user_metadata") else {},
+        source_message_ids=tuple(json.loads(metadata["source_ids"])),
+        message_count=int(metadata["message_count"]),
+        boundary_reason=metadata["boundary"],
+        generation=metadata["generation"],
+        summarised_by=metadata.get("summarised_by"),
+        source_episode_ids=tuple(json.loads(metadata["source_episode_ids"]))
+        if "source_episode_ids" in metadata
+        else (),
+        period_start=from_epoch(float(metadata["period_start"])) if "period_start" in metadata else None,
+        period_end=from_epoch(float(metadata["period_end"])) if "period_end" in metadata else None,
+    )
+
+
+def message_vector_metadata(stored: StoredMessage) -> dict[str, Any]:
+    message = stored.message
+    return clean_metadata(
+        {
+            "kind": "message",
+            "group_id": stored.group_id,
+            "session_id": stored.session_id,
+            "message_id": message.id,
+            "episode_id": stored.episode_id,
+            "ts": to_epoch(message.timestamp),
+            "role": message.role.value,
+            "producer_id": message.producer_id,
+            "produced_for_id": message.produced_for_id,
+        }
+    )
+
+
+def log_metadata(stored: StoredMessage) -> dict[str, Any]:
+    message = stored.message
+    return clean_metadata(
+        {
+            "kind": "message",
+            "session_id": stored.session_id,
+            "message_id": message.id,
+            "role": message.role.value,
+            "ts": to_epoch(message.timestamp),
+            "producer_id": message.producer_id,
+            "produced_for_id": message.produced_for_id,
+            "meta": json.dumps(message.metadata) if message.metadata else None,
+            "state": stored.state.value,
+            "episode_id": stored.episode_id,
+            "boundary": stored.boundary_reason.value if stored.boundary_reason else None,
+            "received": to_epoch(stored.received_at),
+            "seq": stored.sequence,
+        }
+    )
+
+
+def log_columns(messages: list[StoredMessage]) -> dict[str, Any]:
+    """The log records of messages, as Chroma's add/upsert arguments."""
+    return {
+        "ids": [message_record_id(stored.session_id, stored.message.id) for stored in messages],
+        "embeddings": placeholders(len(messages)),
+        "documents": [stored.message.content for stored in messages],
+        "metadatas": [log_metadata(stored) for stored in messages],
+    }
+
+
+def stored_from_log(group_id: str, document: str, metadata: dict[str, Any]) -> StoredMessage:
+    message = Message(
+        id=metadata["message_id"],
+        role=metadata["role"],
+        content=document,
+        timestamp=from_epoch(float(metadata["ts"])),
+        producer_id=metadata.get("producer_id"),
+        produced_for_id=metadata.get("produced_for_id"),
+        metadata=json.loads(metadata["meta"]) if metadata.get("meta") else {},
+    )
+    boundary = metadata.get("boundary")
+    return StoredMessage(
+        group_id=group_id,
+        session_id=metadata["session_id"],
+        message=message,
+        state=MessageState(metadata["state"]),
+        episode_id=metadata.get("episode_id"),
+        boundary_reason=BoundaryReason(boundary) if boundary else None,
+        received_at=from_epoch(float(metadata["received"])),
+        sequence=int(metadata.get("seq", 0)),
+    )
+
+
+def where_all(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Chroma wants $and only for two or more clauses."""
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def vector_where(selection: RecordFilter | None, *, partition: bool) -> dict[str, Any] | None:
+    """The ``where`` clause of a filter; on a partition the session is implied by the collection."""
+    if selection is None:
+        return None
+    clauses: list[dict[str, Any]] = []
+    if selection.kinds is not None:
+        kinds = [kind.value for kind in selection.kinds]
+        clauses.append({"kind": kinds[0]} if len(kinds) == 1 else {"kind": {"$in": kinds}})
+    if selection.session_ids is not None and not partition:
+        clauses.append({"session_id": {"$in": list(selection.session_ids)}})
+    if selection.since is not None:
+        clauses.append({"ts": {"$gte": selection.since}})
+    if selection.before is not None:
+        clauses.append({"ts": {"$lt": selection.before}})
+    if selection.until is not None:
+        clauses.append({"ts": {"$lte": selection.until}})
+    return where_all(clauses)
+
+
+def vector_collection_metadata(kind: str, group_id: str, session_id: str | None, model_id: str) -> dict[str, Any]:
+    return clean_metadata(
+        {
+            "epimem": kind,
+            "group_id": group_id,
+            "session_id": session_id,
+            "epimem_model": model_id,
+            "hnsw:space": "cosine",
+        }
+    )

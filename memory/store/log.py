@@ -1,0 +1,193 @@
+"""The durable records of a group, in its log collection (and the registry of groups): messages
+verbatim with their processing state, SessionInfo and GroupConfiguration, summary journals and
+formation leases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from memory.models import GroupConfiguration, MessageState, SessionInfo, StoredMessage
+from memory.store import codec
+from memory.store.calls import StorePart, store_call
+from memory.store.protocols import Row
+
+
+class LogStore(StorePart):
+    # -- groups and sessions ------------------------------------------------------------------
+
+    def _register(self, group_id: str) -> None:
+        self._collections.registry().upsert(
+            ids=[codec.registry_record_id(group_id)],
+            embeddings=codec.placeholders(1),
+            documents=[group_id],
+            metadatas=[{"group_id": group_id}],
+        )
+
+    @store_call
+    def register_group(self, group_id: str) -> None:
+        self._register(group_id)
+
+    @store_call
+    def list_groups(self) -> list[str]:
+        return sorted(document for _, document, _ in self._collections.rows(self._collections.registry()))
+
+    @store_call
+    def group_exists(self, group_id: str) -> bool:
+        found = self._collections.registry().get(ids=[codec.registry_record_id(group_id)], include=[])
+        return bool(found["ids"])
+
+    @store_call
+    def unregister_group(self, group_id: str) -> None:
+        self._collections.remove(self._collections.registry(), [codec.registry_record_id(group_id)])
+
+    def _put_document(self, group_id: str, record_id: str, document: str, metadata: dict[str, Any]) -> None:
+        self._register(group_id)
+        self._collections.written_log(group_id).upsert(
+            ids=[record_id], embeddings=codec.placeholders(1), documents=[document], metadatas=[metadata]
+        )
+
+    def _document(self, group_id: str, record_id: str) -> str | None:
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return None
+        found = log.get(ids=[record_id], include=["documents"])
+        return (found["documents"] or [""])[0] or "" if found["ids"] else None
+
+    @store_call
+    def put_group_config(self, config: GroupConfiguration) -> None:
+        self._put_document(config.group_id, codec.GROUP_RECORD_ID, config.model_dump_json(), {"kind": "group"})
+
+    @store_call
+    def get_group_config(self, group_id: str) -> GroupConfiguration | None:
+        document = self._document(group_id, codec.GROUP_RECORD_ID)
+        return None if document is None else GroupConfiguration.model_validate_json(document)
+
+    @store_call
+    def put_session_info(self, info: SessionInfo) -> None:
+        metadata = {"kind": "session", "session_id": info.session_id}
+        self._put_document(info.group_id, codec.session_record_id(info.session_id), info.model_dump_json(), metadata)
+
+    @store_call
+    def get_session_info(self, group_id: str, session_id: str) -> SessionInfo | None:
+        document = self._document(group_id, codec.session_record_id(session_id))
+        return None if document is None else SessionInfo.model_validate_json(document)
+
+    @store_call
+    def list_sessions(self, group_id: str) -> list[SessionInfo]:
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return []
+        rows = self._collections.rows(log, where={"kind": "session"})
+        sessions = [SessionInfo.model_validate_json(document) for _, document, _ in rows]
+        return sorted(sessions, key=lambda info: (info.created_at, info.session_id))
+
+    # -- messages -----------------------------------------------------------------------------
+
+    @store_call
+    def get_messages(self, group_id: str, session_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
+        log = self._collections.log(group_id, create=False)
+        if log is None or not message_ids:
+            return {}
+        ids = [codec.message_record_id(session_id, message_id) for message_id in message_ids]
+        found = log.get(ids=ids, include=["documents", "metadatas"])
+        result: dict[str, StoredMessage] = {}
+        for document, metadata in zip(found["documents"] or [], found["metadatas"] or [], strict=True):
+            stored = codec.stored_from_log(group_id, document or "", dict(metadata or {}))
+            result[stored.message.id] = stored
+        return result
+
+    @store_call
+    def put_messages(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
+        """Upsert full message records into the group's log (one batch, atomic per call in Chroma)."""
+        if messages:
+            self._collections.written_log(group_id).upsert(**codec.log_columns(list(messages)))
+
+    @store_call
+    def insert_messages(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
+        """Add message records that are not there yet. Chroma ignores ``add`` of an existing id, so a
+        concurrent duplicate never overwrites a record whose state has moved on (FORMING, DONE)."""
+        if messages:
+            self._collections.written_log(group_id).add(**codec.log_columns(list(messages)))
+
+    @store_call
+    def list_messages(
+        self, group_id: str, session_id: str, *, states: Iterable[MessageState] | None = None
+    ) -> list[StoredMessage]:
+        """A session's messages in event-time order (ties: arrival order)."""
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return []
+        clauses: list[dict[str, Any]] = [{"kind": "message"}, {"session_id": session_id}]
+        if states is not None:
+            clauses.append({"state": {"$in": [state.value for state in states]}})
+        rows = self._collections.rows(log, where=codec.where_all(clauses))
+        records = [codec.stored_from_log(group_id, document, metadata) for _, document, metadata in rows]
+        return sorted(records, key=lambda stored: (stored.message.timestamp, stored.sequence))
+
+    @store_call
+    def sessions_with_unfinished_messages(self, group_id: str) -> set[str]:
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return set()
+        where = {"$and": [{"kind": "message"}, {"state": {"$ne": MessageState.DONE.value}}]}
+        found = log.get(where=cast(Any, where), include=["metadatas"])
+        return {str((meta or {})["session_id"]) for meta in found["metadatas"] or []}
+
+    @store_call
+    def delete_messages(self, group_id: str, session_id: str, message_ids: Sequence[str]) -> list[str]:
+        """Remove message records from the log; returns the record ids removed (their vectors are the
+        vector store's)."""
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return []
+        return self._collections.remove(log, [codec.message_record_id(session_id, m) for m in message_ids])
+
+    # -- journals (summary plans) ----------------------------------------------------------------
+
+    @store_call
+    def put_record(self, group_id: str, record_id: str, document: str, metadata: dict[str, Any]) -> None:
+        self._collections.written_log(group_id).upsert(
+            ids=[record_id], embeddings=codec.placeholders(1), documents=[document], metadatas=[metadata]
+        )
+
+    @store_call
+    def records(self, group_id: str, kind: str) -> list[Row]:
+        """Every log record of a kind ("message", "session", a journal's kind...) as rows."""
+        log = self._collections.log(group_id, create=False)
+        return [] if log is None else list(self._collections.rows(log, where={"kind": kind}))
+
+    @store_call
+    def delete_records(self, group_id: str, ids: Sequence[str]) -> int:
+        log = self._collections.log(group_id, create=False)
+        return 0 if log is None else len(self._collections.remove(log, ids))
+
+    # -- formation leases (memory.ingest.coordination) ---------------------------------------------
+
+    @store_call
+    def lease_records(self, group_id: str, session_id: str) -> list[dict[str, Any]]:
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return []
+        where = {"$and": [{"kind": "lease"}, {"lease_of": session_id}]}
+        return [dict(meta or {}) for meta in log.get(where=cast(Any, where), include=["metadatas"])["metadatas"] or []]
+
+    @store_call
+    def put_lease(
+        self, group_id: str, session_id: str, epoch: int, metadata: dict[str, Any], *, insert: bool = False
+    ) -> None:
+        """``insert``: first writer of this epoch wins (``add``); otherwise the holder's update."""
+        log = self._collections.written_log(group_id)
+        write = log.add if insert else log.upsert
+        write(
+            ids=[codec.lease_record_id(session_id, epoch)],
+            embeddings=codec.placeholders(1),
+            documents=[""],
+            metadatas=[{**metadata, "kind": "lease", "lease_of": session_id}],
+        )
+
+    @store_call
+    def delete_leases(self, group_id: str, session_id: str, epochs: Sequence[int]) -> None:
+        log = self._collections.log(group_id, create=False)
+        if log is not None and epochs:
+            log.delete(ids=[codec.lease_record_id(session_id, epoch) for epoch in epochs])

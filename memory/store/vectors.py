@@ -1,0 +1,153 @@
+"""Vectors: every record is written to its session's partition and to the group index, read from the
+partition when one session is asked for and from the index otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+from chromadb.api.models.Collection import Collection
+
+from memory.models import Episode
+from memory.store import codec
+from memory.store.calls import StorePart, store_call
+from memory.store.collections import PAGE
+from memory.store.protocols import Ids, Selection
+from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
+
+
+class VectorStore(StorePart):
+    def _both(self, group_id: str, session_id: str, *, create: bool) -> list[Collection]:
+        """The session's partition and the group index (those that exist, unless created)."""
+        found = (
+            self._collections.vectors(group_id, session_id, create=create),
+            self._collections.vectors(group_id, create=create),
+        )
+        return [collection for collection in found if collection is not None]
+
+    def _read_from(self, group_id: str, selection: RecordFilter | None) -> tuple[Collection | None, Any]:
+        session = selection.single_session if selection is not None else None
+        collection = self._collections.vectors(group_id, session)
+        return collection, codec.vector_where(selection, partition=session is not None)
+
+    @store_call
+    def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord]) -> None:
+        """Write to the partition first, then the group index (both idempotent by id)."""
+        if not records:
+            return
+        embeddings = [record.embedding for record in records if record.embedding is not None]
+        if len(embeddings) != len(records):
+            raise ValueError("every vector record needs its embedding")
+        columns = {
+            "ids": [record.id for record in records],
+            "embeddings": np.stack(embeddings),
+            "documents": [record.document for record in records],
+            "metadatas": cast(Any, [record.metadata for record in records]),
+        }
+        for collection in self._both(group_id, session_id, create=True):
+            collection.upsert(**columns)
+
+    @store_call
+    def replace(self, group_id: str, session_id: str, record: VectorRecord) -> None:
+        """Overwrite a record (upsert merges metadata: keys the new record lacks are removed)."""
+        partition = self._collections.vectors(group_id, session_id)
+        current = partition.get(ids=[record.id], include=["metadatas"])["metadatas"] if partition is not None else None
+        stale = sorted(set((current or [{}])[0] or {}) - set(record.metadata))
+        for collection in self._both(group_id, session_id, create=True):
+            collection.upsert(
+                ids=[record.id],
+                embeddings=np.stack([cast(np.ndarray, record.embedding)]),
+                documents=[record.document],
+                metadatas=cast(Any, [record.metadata]),
+            )
+            if stale:  # a key updated to None is removed
+                collection.update(ids=[record.id], metadatas=cast(Any, [dict.fromkeys(stale)]))
+
+    @store_call
+    def update_metadata(
+        self, group_id: str, session_id: str, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]
+    ) -> None:
+        """Merge metadata into records; a key set to None is removed (Chroma's update semantics)."""
+        if ids:
+            for collection in self._both(group_id, session_id, create=False):
+                collection.update(ids=list(ids), metadatas=cast(Any, list(metadatas)))
+
+    @store_call
+    def delete(self, group_id: str, session_id: str, ids: Sequence[str]) -> tuple[int, list[str]]:
+        """Remove records from the partition and the index: (vectors removed, their ids)."""
+        removed: list[str] = []
+        if ids:
+            for collection in self._both(group_id, session_id, create=False):
+                removed += self._collections.remove(collection, ids)
+        return len(removed), removed
+
+    @store_call
+    def records(
+        self, group_id: str, *, ids: Ids = None, selection: Selection = None, embeddings: bool = False
+    ) -> list[VectorRecord]:
+        """Records by id and/or filter, with their stored embeddings when asked."""
+        collection, where = self._read_from(group_id, selection)
+        if collection is None or (ids is not None and not ids):
+            return []  # Chroma refuses an empty id list
+        include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if embeddings else [])
+        found: list[VectorRecord] = []
+        offset = 0
+        while True:
+            kwargs: dict[str, Any] = {"include": include, "where": where}
+            if ids is not None:
+                kwargs["ids"] = list(ids)
+            else:
+                kwargs.update(limit=PAGE, offset=offset)
+            page = collection.get(**kwargs)
+            vectors = page.get("embeddings")
+            for position, record_id in enumerate(page["ids"]):
+                found.append(
+                    VectorRecord(
+                        id=record_id,
+                        document=(page["documents"] or [])[position] or "",
+                        metadata=dict((page["metadatas"] or [])[position] or {}),
+                        embedding=np.asarray(vectors[position], dtype=np.float32) if vectors is not None else None,
+                    )
+                )
+            if ids is not None or len(page["ids"]) < PAGE:
+                return found
+            offset += PAGE
+
+    @store_call
+    def episodes(self, group_id: str, *, ids: Ids = None, selection: Selection = None) -> list[Episode]:
+        """The episodes and summaries among the records by id and/or filter."""
+        collection, where = self._read_from(group_id, selection)
+        if collection is None or (ids is not None and not ids):
+            return []
+        if ids is not None:
+            page = collection.get(ids=list(ids), where=where, include=["documents", "metadatas"])
+            rows = zip(page["documents"] or [], page["metadatas"] or [], strict=True)
+            found = [(document or "", dict(metadata or {})) for document, metadata in rows]
+        else:
+            found = [(document, metadata) for _, document, metadata in self._collections.rows(collection, where=where)]
+        return [codec.episode_from_record(d, m) for d, m in found if m.get("kind") in EPISODE_KINDS]
+
+    @store_call
+    def count(self, group_id: str) -> int:
+        """Vectors in the group (its index)."""
+        index = self._collections.vectors(group_id)
+        return index.count() if index is not None else 0
+
+    @store_call
+    def query(self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None) -> list[VectorHit]:
+        """The ``k`` nearest records, in one partition (a filter of one session) or in the group index."""
+        collection, where = self._read_from(group_id, selection)
+        if collection is None:
+            return []
+        result = collection.query(
+            query_embeddings=[vector], n_results=k, where=where, include=["documents", "metadatas", "distances"]
+        )
+        ids = result["ids"][0]
+        documents = (result["documents"] or [[]])[0]
+        metadatas = (result["metadatas"] or [[]])[0]
+        distances = (result["distances"] or [[]])[0]
+        return [
+            VectorHit(VectorRecord(i, d or "", dict(m or {})), float(distance))
+            for i, d, m, distance in zip(ids, documents, metadatas, distances, strict=True)
+        ]
