@@ -105,10 +105,6 @@ class Principal:
 
     key: ApiKey | None
 
-    @property
-    def local(self) -> bool:
-        return self.key is None
-
 
 class KeyRing:
     def __init__(self, keys: list[ApiKey]) -> None:

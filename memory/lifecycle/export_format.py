@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from memory.errors import InvalidInputError
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
-from memory.models import Episode, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
+from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
 
 FORMAT = "epimem-export"
 VERSION = 1
@@ -100,7 +100,7 @@ def read_export(lines: Iterable[str]) -> ExportContents:
         raise InvalidInputError("the file is truncated: it has no end record")
     kinds = [kind for kind, _, _ in parsed.vectors]
     found = {"sessions": len(parsed.sessions), "messages": len(parsed.messages)}
-    found |= {"episodes": kinds.count("episode"), "summaries": kinds.count("summary")}
+    found |= {"episodes": kinds.count(EpisodeType.EPISODE), "summaries": kinds.count(EpisodeType.SUMMARY)}
     found["message_vectors"] = kinds.count("message_vector")
     if end.get("counts") != found:
         raise InvalidInputError("the file does not hold what its end record counts", details={"found": found})
@@ -128,11 +128,11 @@ def _add_record(parsed: ExportContents, item: dict[str, Any], number: int, place
         parsed.sessions.append(_not_reserved(SessionInfo.model_validate(item["session"]), number))
     elif kind == "message":
         parsed.messages.append(_not_reserved(StoredMessage.model_validate(item["record"]), number))
-    elif kind in ("episode", "summary"):
+    elif kind in (EpisodeType.EPISODE, EpisodeType.SUMMARY):
         episode = Episode.model_validate(item["episode"])
         if episode.episode_type.value != kind:
             raise InvalidInputError(f"line {number}: a {kind} line holds a {episode.episode_type.value}")
-        if kind == "episode":
+        if kind == EpisodeType.EPISODE:
             _not_reserved(episode, number)
         parsed.vectors.append((kind, episode, _embedding(item, number)))
         places[id(episode)] = number
@@ -157,7 +157,7 @@ def _check_citations(parsed: ExportContents, places: dict[int, int]) -> None:
     """Every message an episode cites must be a message of the file."""
     messages = {(m.session_id, m.message.id) for m in parsed.messages}
     for kind, record, _ in parsed.vectors:
-        if kind != "episode" or not isinstance(record, Episode):
+        if kind != EpisodeType.EPISODE or not isinstance(record, Episode):
             continue
         missing = [m for m in record.source_message_ids if (record.session_id, m) not in messages]
         if missing:
