@@ -6,27 +6,41 @@ stopwords are dropped so question words ("what", "when") carry no weight.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection
+from typing import Any
 
-import bm25s
 import numpy as np
-import Stemmer
 
 from memory.store.records import VectorRecord
 
-_STEMMER = Stemmer.Stemmer("english")
 _STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
+
+
+@functools.cache
+def _bm25s() -> Any:
+    """bm25s (and scipy under it) on first use: commands that search nothing never import it."""
+    import bm25s
+
+    return bm25s
+
+
+@functools.cache
+def _stemmer() -> Any:
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
 
 
 def _stem(words: list[str]) -> list[str]:
     with _STEM_LOCK:
-        return list(_STEMMER.stemWords(words))
+        return list(_stemmer().stemWords(words))
 
 
 def tokenize(texts: list[str]) -> list[list[str]]:
-    return list(bm25s.tokenize(texts, stopwords="en", stemmer=_stem, return_ids=False, show_progress=False))
+    return list(_bm25s().tokenize(texts, stopwords="en", stemmer=_stem, return_ids=False, show_progress=False))
 
 
 def keyword_text(record: VectorRecord) -> str:
@@ -43,7 +57,7 @@ class KeywordIndex:
         # Scope filters are array operations, not a Python loop over every matching record.
         self._sessions = np.array([record.session_id for record in records], dtype=object)
         self._times = np.array([record.timestamp for record in records], dtype=np.float64)
-        self._bm25 = bm25s.BM25()
+        self._bm25 = _bm25s().BM25()
         if records:
             self._bm25.index(tokenize([keyword_text(record) for record in records]), show_progress=False)
 
