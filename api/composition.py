@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from api.settings import Settings
-from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedder
 from memory.embedding.lazy import LazyEmbedder
 from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
 from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
@@ -45,7 +45,7 @@ def build_service(
     settings: Settings | None = None,
     *,
     background: bool = True,
-    embedder: SentenceTransformerEmbedder | None = None,
+    embedder: ServiceEmbedder | None = None,
     generator: ReportingGenerator | None = None,
     **overrides: Any,
 ) -> Epimem:
@@ -65,7 +65,7 @@ def _build(
     closers: ExitStack,
     *,
     background: bool,
-    embedder: SentenceTransformerEmbedder | None,
+    embedder: ServiceEmbedder | None,
     generator: ReportingGenerator | None,
 ) -> Epimem:
     embedder = embedder or lazy_embedder(settings)
@@ -114,7 +114,7 @@ def _build(
     return read_side(settings, memory, embedder)
 
 
-def read_side(settings: Settings, memory: MemoryService, embedder: SentenceTransformerEmbedder) -> Epimem:
+def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedder) -> Epimem:
     """The read path over the memory service (its caches told of every change), and the facade."""
     from api.facade import Epimem
 

