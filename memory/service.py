@@ -35,6 +35,7 @@ from memory.locks import ReadersWriterLock
 from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.store.factory import Store
+from memory.store.snapshots import CacheStats
 
 log = logging.getLogger("epimem")
 
@@ -51,6 +52,7 @@ class ServiceStats:
     open_collections: int
     formation_queue: int | None  # None without a background worker
     formation_failures: int
+    read_cache: CacheStats | None = None  # the read path's snapshots (memory.store.snapshots)
 
 
 class MemoryService:
@@ -130,11 +132,11 @@ class MemoryService:
         return self._ingestor.form([(group_id, s) for s in self._session_ids(group_id)], close_tail=True)
 
     def ingest_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> list[Episode]:
-        """Several sessions of one group at once, formed in one batch (one embedding pass)."""
-        for session_id, messages in sessions.items():
-            with self._gate.shared(group_id):
-                self._ingestor.add_messages(group_id, session_id, messages)
-        return self._ingestor.form([(group_id, s) for s in sessions], close_tail=True)
+        """Several sessions of one group at once: their messages stored in one write while they are
+        embedded in one call, then formed in one batch."""
+        with self._gate.shared(group_id):
+            embedded = self._ingestor.store_and_embed(group_id, sessions)
+        return self._ingestor.form([(group_id, s) for s in sessions], close_tail=True, embedded=embedded)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         return self._worker.wait_idle(timeout) if self._worker is not None else True
@@ -266,4 +268,5 @@ class MemoryService:
             open_collections=self.store.admin.open_collections,
             formation_queue=len(worker.pending()) if worker is not None else None,
             formation_failures=worker.failures if worker is not None else 0,
+            read_cache=self.store.vectors.snapshots.stats(),
         )

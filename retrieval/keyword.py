@@ -9,12 +9,15 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memory.store.records import VectorRecord
+
+if TYPE_CHECKING:
+    from memory.store.snapshots import GroupSnapshot, SnapshotCache
 
 _STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
 
@@ -49,23 +52,61 @@ def keyword_text(record: VectorRecord) -> str:
 
 
 class KeywordIndex:
-    """BM25 over every record of a group (episodes, summaries and messages)."""
+    """BM25 over every record of a group (episodes, summaries and messages), built from the group's
+    read snapshot (memory.store.snapshots) in its stored order."""
 
-    def __init__(self, records: list[VectorRecord]) -> None:
-        self.records = records
-        self.positions = {record.id: position for position, record in enumerate(records)}
-        # Scope filters are array operations, not a Python loop over every matching record.
-        self._sessions = np.array([record.session_id for record in records], dtype=object)
-        self._times = np.array([record.timestamp for record in records], dtype=np.float64)
+    QUERIES_KEPT = 16  # a request scores one query several times (candidates, message evidence)
+
+    def __init__(self, snapshot: GroupSnapshot) -> None:
+        self._snapshot = snapshot
+        self.positions = snapshot.positions
+        # Scope filters are array operations over the snapshot's columns, never a loop over records.
+        self._sessions = snapshot.session_codes
+        self._times = snapshot.timestamps
         self._bm25 = _bm25s().BM25()
-        if records:
-            self._bm25.index(tokenize([keyword_text(record) for record in records]), show_progress=False)
+        self._size = len(snapshot)
+        self._scores: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        if self._size:
+            texts = [
+                f"{title} {producer} {document}"  # keyword_text of each record, from the columns
+                for title, producer, document in zip(
+                    snapshot.titles, snapshot.producers, snapshot.documents, strict=True
+                )
+            ]
+            self._bm25.index(tokenize(texts), show_progress=False)
+
+    @property
+    def records(self) -> list[VectorRecord]:
+        """Every record indexed, in index order (built on demand: the index itself holds columns)."""
+        return [self._snapshot.record(position) for position in range(self._size)]
+
+    def record(self, position: int) -> VectorRecord:
+        return self._snapshot.record(position)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the BM25 index (its score matrix and vocabulary), estimated."""
+        held = sum(getattr(part, "nbytes", 0) for part in (getattr(self._bm25, "scores", None) or {}).values())
+        return held + 100 * len(getattr(self._bm25, "vocab_dict", None) or {})
 
     def scores(self, query: str) -> np.ndarray:
+        with self._lock:
+            kept = self._scores.get(query)
+            if kept is not None:
+                self._scores.move_to_end(query)
+                return kept
         tokens = tokenize([query])[0]
-        if not tokens or not self.records:
-            return np.zeros(len(self.records), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
+        if not tokens or not self._size:
+            found = np.zeros(self._size, dtype=np.float32)
+        else:
+            found = np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
+        found.setflags(write=False)  # shared between the calls of a request
+        with self._lock:
+            self._scores[query] = found
+            while len(self._scores) > self.QUERIES_KEPT:
+                self._scores.popitem(last=False)
+        return found
 
     def top(
         self,
@@ -76,55 +117,65 @@ class KeywordIndex:
         start: float | None = None,
         end: float | None = None,
     ) -> list[tuple[VectorRecord, float]]:
-        """The ``depth`` best records with a positive score, best first, of the given sessions and
-        with an epoch timestamp in [start, end)."""
+        """The ``depth`` best records with a positive score, best first (ties: index order), of the
+        given sessions and with an epoch timestamp in [start, end)."""
         scores = self.scores(query)
         keep = scores > 0
         if session_ids is not None:
-            keep &= np.isin(self._sessions, list(session_ids))
+            index = self._snapshot.session_index
+            codes = [index[s] for s in session_ids if s in index]
+            keep &= np.isin(self._sessions, np.asarray(codes, dtype=np.int32))
         if start is not None:
             keep &= self._times >= start
         if end is not None:
             keep &= self._times < end
         positions = np.flatnonzero(keep)
+        if len(positions) > 4 * depth:  # the best ``depth`` without sorting every match
+            kept = scores[positions]
+            threshold = -np.partition(-kept, depth - 1)[depth - 1]
+            above = positions[kept > threshold]
+            tied = positions[kept == threshold][: depth - len(above)]
+            positions = np.sort(np.concatenate([above, tied]))
         ordered = positions[np.argsort(-scores[positions], kind="stable")][:depth]
-        return [(self.records[int(position)], float(scores[position])) for position in ordered]
+        return [(self._snapshot.record(int(position)), float(scores[position])) for position in ordered]
 
 
 class KeywordCache:
-    """One KeywordIndex per group, LRU over groups, rebuilt only when the group's records change.
+    """The keyword index of each group, kept with the group's read snapshot (memory.store.snapshots):
+    built once per version of the group's records, dropped with the snapshot (LRU over groups within
+    the read cache's byte bound, or when this process changes the group: ``forget``)."""
 
-    The key is (number of vectors in the group's index, local generation): the count is one cheap
-    call per query whatever the group's size, and the generation is bumped by ``forget`` whenever
-    this process deletes or rewrites records (a delete followed by as many adds keeps the count).
-    """
+    KEY = "keyword-index"
 
-    def __init__(self, *, capacity: int = 32) -> None:
-        self._capacity = capacity
+    def __init__(self, snapshots: SnapshotCache | None = None) -> None:
+        self._snapshots = snapshots
         self._lock = threading.Lock()
-        self._generation: dict[str, int] = {}
-        # group -> ((count, generation), index); tests read it to check what is cached.
-        self.entries: OrderedDict[str, tuple[tuple[int, int], KeywordIndex]] = OrderedDict()
         self.builds = 0
 
-    def get(self, group_id: str, count: int, load: Callable[[], list[VectorRecord]]) -> KeywordIndex:
-        with self._lock:
-            key = (count, self._generation.get(group_id, 0))
-            cached = self.entries.get(group_id)
-            if cached is not None and cached[0] == key:
-                self.entries.move_to_end(group_id)
-                return cached[1]
-        index = KeywordIndex(load())
-        with self._lock:
-            if key[1] == self._generation.get(group_id, 0):  # not invalidated while building
-                self.entries[group_id] = (key, index)
-                self.entries.move_to_end(group_id)
+    def get(self, snapshot: GroupSnapshot) -> KeywordIndex:
+        def build() -> KeywordIndex:
+            with self._lock:
                 self.builds += 1
-                while len(self.entries) > self._capacity:
-                    self.entries.popitem(last=False)
+            return KeywordIndex(snapshot)
+
+        built = not snapshot.has(self.KEY)
+        index: KeywordIndex = snapshot.derived(self.KEY, build, size=lambda found: found.nbytes)
+        if built and self._snapshots is not None:
+            self._snapshots.trim()  # the snapshot grew by its index: apply the bounds again
         return index
 
+    @property
+    def entries(self) -> dict[str, tuple[Any, KeywordIndex]]:
+        """group -> (version, index) of every cached group whose index is built (tests read it)."""
+        if self._snapshots is None:
+            return {}
+        found = {}
+        for group_id in self._snapshots.groups():
+            snapshot = self._snapshots.cached(group_id)
+            if snapshot is not None and snapshot.has(self.KEY):
+                found[group_id] = (snapshot.version, snapshot.derived(self.KEY, lambda: None))
+        return found
+
     def forget(self, group_id: str) -> None:
-        with self._lock:
-            self._generation[group_id] = self._generation.get(group_id, 0) + 1
-            self.entries.pop(group_id, None)
+        if self._snapshots is not None:
+            self._snapshots.forget(group_id)

@@ -20,6 +20,7 @@ from memory.embedding.embedder import Embedder
 from memory.models import Episode, Message
 from memory.store.protocols import LogReader, VectorReader
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord, message_record_id
+from memory.store.snapshots import KIND_CODE, GroupSnapshot
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.keyword import KeywordCache, KeywordIndex
@@ -88,46 +89,47 @@ def rrf(rank: int | None) -> float:
 
 
 class Searcher:
+    """Hybrid search over a group. Everything it reads but the vector query comes from the group's
+    read snapshot (memory.store.snapshots): episodes, message texts, vectors, the keyword index and
+    the speakers' names, kept per version of the group's records (``keyword_cache_groups``: groups
+    kept; the snapshot cache's byte bound applies too)."""
+
     def __init__(
         self, *, vectors: VectorReader, log: LogReader, embedder: Embedder, keyword_cache_groups: int = 32
     ) -> None:
         self._vectors = vectors
         self._log = log
         self._embedder = embedder
-        self.keywords = KeywordCache(capacity=keyword_cache_groups)
-        self._names_capacity = keyword_cache_groups
-        self._learned: dict[str, tuple[KeywordIndex, dict[str, set[str]]]] = {}
+        snapshots = getattr(vectors, "snapshots", None)
+        if snapshots is not None:
+            snapshots.max_groups = keyword_cache_groups
+        self.keywords = KeywordCache(snapshots)
         self.policy = ScoringPolicy()
+
+    # -- the group's read snapshot -------------------------------------------------------------------
+
+    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
+        """The group's records at their current version: columns for every record (ids, documents,
+        kinds, sessions, episodes, times, speakers) and, for a group within the cache's size limit
+        (``snapshot.full``), every record's vector and metadata and the group's messages. ``fresh``:
+        check a Chroma server's shared version now (the start of a request)."""
+        return self._vectors.snapshot(group_id, fresh=fresh)
 
     # -- candidates ------------------------------------------------------------------------------
 
     def keyword_index(self, group_id: str) -> KeywordIndex:
-        """The group's BM25 index; built once per change of the group's records, never per query."""
-        return self.keywords.get(group_id, self._vectors.count(group_id), lambda: self._vectors.records(group_id))
+        """The group's BM25 index; built once per version of the group's records, never per query."""
+        return self.keywords.get(self.snapshot(group_id))
 
     def forget_group(self, group_id: str) -> None:
         self.keywords.forget(group_id)
-        self._learned.pop(group_id, None)
 
     def speaker_names(self, group_id: str) -> dict[str, set[str]]:
         """Speaker id (casefolded) -> its other names (casefolded): set in the group's or a session's
-        metadata, or learned from how the others address it (retrieval.names). The learned ones are
-        kept with the group's keyword index and relearned when it is rebuilt."""
-        index = self.keyword_index(group_id)
-        cached = self._learned.get(group_id)
-        if cached is None or cached[0] is not index:
-            messages = (
-                (r.producer_id, r.produced_for_id, r.document)
-                for r in sorted(index.records, key=lambda r: r.timestamp)
-                if r.is_message
-            )
-            cached = (index, learned_names(messages))
-            if len(self._learned) >= self._names_capacity:
-                self._learned.pop(next(iter(self._learned)), None)
-            self._learned[group_id] = cached
-        config = self._log.get_group_config(group_id)
-        metadata = ([config.metadata] if config else []) + [s.metadata for s in self._log.list_sessions(group_id)]
-        return merge_names(cached[1], configured_names(metadata))
+        metadata, or learned from how the others address it (retrieval.names). Both are kept with
+        the group's snapshot and read again when the group changes."""
+        snapshot = self.snapshot(group_id)
+        return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot))
 
     def embed_query(self, query: str) -> np.ndarray:
         embed = getattr(self._embedder, "embed_query", None)
@@ -136,16 +138,24 @@ class Searcher:
     @traced("epimem.search.candidates", read_attributes, lambda found: {"candidates": len(found)})
     def candidates(self, group_id: str, query: str, scope: Scope, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
+        snapshot = self.snapshot(group_id, fresh=True)
         window = resolve_window(scope)
         selection = scope_filter(scope, window)
-        hits = self._vectors.query(group_id, self.embed_query(query), k=depth, selection=selection)
-        vector_rank = {hit.id: rank for rank, hit in enumerate(hits)}
-        records = {hit.id: hit.record for hit in hits}
-        similarity = {hit.id: hit.similarity for hit in hits}
+        hits = self._vectors.nearest(group_id, self.embed_query(query), k=depth, selection=selection)
+        vector_rank: dict[str, int] = {}
+        records: dict[str, VectorRecord] = {}
+        similarity: dict[str, float] = {}
+        for rank, (record_id, distance) in enumerate(hits):
+            record = snapshot.record_by_id(record_id)
+            if record is None:  # written after this request's snapshot: not part of what it sees
+                continue
+            vector_rank[record_id] = rank
+            records[record_id] = record
+            similarity[record_id] = 1.0 - distance
 
         keyword_rank: dict[str, int] = {}
         keyword_score: dict[str, float] = {}
-        top = self.keyword_index(group_id).top(
+        top = self.keywords.get(snapshot).top(
             query,
             depth=depth,
             session_ids=scope.session_ids,
@@ -236,13 +246,25 @@ class Searcher:
         self, group_id: str, episode_ids: list[str]
     ) -> tuple[dict[str, Episode], dict[str, np.ndarray]]:
         """Episodes (and summaries) by id with their vectors, in one read."""
-        records = self._vectors.records(group_id, ids=episode_ids, embeddings=True) if episode_ids else []
+        if not episode_ids:
+            return {}, {}
+        snapshot = self.snapshot(group_id)
+        if snapshot.full:
+            episodes = {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
+            vectors = {e: vector for e in episodes if (vector := snapshot.vector(e)) is not None}
+            return episodes, vectors
+        records = self._vectors.records(group_id, ids=episode_ids, embeddings=True)
         records = [record for record in records if record.is_episode]
         episodes = {record.id: record.episode() for record in records}
         return episodes, {record.id: record.embedding for record in records if record.embedding is not None}
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]:
-        return {e.uuid: e for e in self._vectors.episodes(group_id, ids=episode_ids)} if episode_ids else {}
+        if not episode_ids:
+            return {}
+        snapshot = self.snapshot(group_id)
+        if snapshot.full:
+            return {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
+        return {e.uuid: e for e in self._vectors.episodes(group_id, ids=episode_ids)}
 
     def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode | None:
         """An episode or summary of one session by id."""
@@ -257,9 +279,7 @@ class Searcher:
                 m for source in sources if not source.source_episode_ids for m in self.source_messages(group_id, source)
             ]
             return sorted(found, key=lambda message: message.timestamp)
-        stored = self._log.get_messages(group_id, episode.session_id, list(episode.source_message_ids))
-        messages = [stored[i].message for i in episode.source_message_ids if i in stored]
-        return sorted(messages, key=lambda message: message.timestamp)
+        return self.messages_of(group_id, [episode]).get(episode.uuid, [])
 
     def similarities(
         self, group_id: str, query: str, episodes: list[Episode], *, episode_centroid: float = 0.0
@@ -278,8 +298,12 @@ class Searcher:
         if not ids:
             return {}
         query_vector = unit(self.embed_query(query))
-        records = self._vectors.records(group_id, ids=ids, embeddings=True)
-        directions = {record.id: unit(record.embedding) for record in records if record.embedding is not None}
+        snapshot = self.snapshot(group_id)
+        if snapshot.full:
+            directions = {record_id: d for record_id in ids if (d := snapshot.direction(record_id)) is not None}
+        else:
+            records = self._vectors.records(group_id, ids=ids, embeddings=True)
+            directions = {record.id: unit(record.embedding) for record in records if record.embedding is not None}
         cosine = {record_id: float(direction @ query_vector) for record_id, direction in directions.items()}
         if episode_centroid > 0:
             for episode_id, records_of in message_ids.items():
@@ -294,7 +318,22 @@ class Searcher:
         return index, index.scores(query)
 
     def messages_of(self, group_id: str, episodes: list[Episode]) -> dict[str, list[Message]]:
-        """Source messages of many episodes, one log read per session, each list in event-time order."""
+        """Source messages of many episodes (from the group's snapshot, else one log read per session),
+        each list in event-time order."""
+        snapshot = self.snapshot(group_id) if episodes else None
+        if snapshot is not None and snapshot.messages is not None:
+            kept = snapshot.messages
+            return {
+                episode.uuid: sorted(
+                    (
+                        message
+                        for i in episode.source_message_ids
+                        if (message := kept.get(message_record_id(episode.session_id, i))) is not None
+                    ),
+                    key=lambda message: message.timestamp,
+                )
+                for episode in episodes
+            }
         wanted: dict[str, list[str]] = defaultdict(list)
         for episode in episodes:
             wanted[episode.session_id] += episode.source_message_ids
@@ -305,6 +344,21 @@ class Searcher:
             messages = [by_id[i].message for i in episode.source_message_ids if i in by_id]
             found[episode.uuid] = sorted(messages, key=lambda message: message.timestamp)
         return found
+
+
+def _speaker_names(snapshot: GroupSnapshot) -> dict[str, set[str]]:
+    """Names learned from the group's messages in time order, merged with those its configuration
+    and sessions set."""
+    order = np.argsort(snapshot.timestamps, kind="stable")
+    message = KIND_CODE[RecordKind.MESSAGE.value]
+    learned = learned_names(
+        (snapshot.producers[p], snapshot.produced_for[p], snapshot.documents[p])
+        for p in (int(position) for position in order)
+        if snapshot.kinds[p] == message
+    )
+    config = snapshot.config
+    metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
+    return merge_names(learned, configured_names(metadata))
 
 
 def drop_near_duplicates(hits: list[SearchHit], vectors: dict[str, np.ndarray], *, limit: int) -> list[SearchHit]:

@@ -14,9 +14,11 @@ ones are segmented again.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -27,6 +29,7 @@ from memory.episodes.generation import EpisodeGenerator, GenerationJob, batch_ge
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
 from memory.errors import ConflictError, InvalidInputError
 from memory.ingest.coordination import Coordinator, LocalCoordinator
+from memory.ingest.writer import OrderedWriter
 from memory.locks import SessionLocks
 from memory.models import BoundaryReason, Episode, Message, MessageState, Segment, SessionInfo, StoredMessage
 from memory.receipts import AddReceipt
@@ -38,6 +41,8 @@ from memory.tracing import span
 
 log = logging.getLogger("epimem.ingest")
 MessageVectors = dict[tuple[str, str, str], np.ndarray]  # (group, session, message id) -> vector
+# (group, session, message id) -> (the text embedded, its vector): vectors computed before formation
+Embedded = dict[tuple[str, str, str], tuple[str, np.ndarray]]
 
 
 @dataclass
@@ -46,18 +51,26 @@ class StageTimings:
 
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     episodes_created: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def snapshot(self) -> StageTimings:
-        return StageTimings(seconds=dict(self.seconds), episodes_created=self.episodes_created)
+        with self._lock:
+            return StageTimings(seconds=dict(self.seconds), episodes_created=self.episodes_created)
+
+    def count_episodes(self, count: int) -> None:
+        with self._lock:
+            self.episodes_created += count
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        """Seconds spent in a stage; stages run in the writer thread overlap those of the caller."""
         started = time.perf_counter()
         try:
             with span(f"epimem.ingest.{name}"):
                 yield
         finally:
-            self.seconds[name] += time.perf_counter() - started
+            with self._lock:
+                self.seconds[name] += time.perf_counter() - started
 
 
 class Ingestor:
@@ -99,11 +112,7 @@ class Ingestor:
     def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
         """Store messages durably. Idempotent by id: the same id and content again is a duplicate,
         the same id with other content is a conflict (and nothing of the batch is written)."""
-        ids = [message.id for message in messages]
-        if len(set(ids)) != len(ids):
-            seen: set[str] = set()
-            repeated = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-            raise InvalidInputError("message ids repeat within the batch", details={"ids": repeated[:20]})
+        ids = _unique_ids(messages)
         with self._add_locks.hold([(group_id, session_id)]), self.timings.stage("store_messages"):
             existing = self._log.get_messages(group_id, session_id, ids)
             conflicts = [m.id for m in messages if m.id in existing and not _same_message(existing[m.id].message, m)]
@@ -133,10 +142,78 @@ class Ingestor:
                         "a concurrent request stored these message ids first, with different content",
                         details={"ids": lost[:20]},
                     )
-            pending = len(self._log.list_messages(group_id, session_id, states=[MessageState.PENDING]))
+            pending = self._log.count_messages(group_id, session_id, states=[MessageState.PENDING])
         return AddReceipt(
             accepted=[m.id for m in new], duplicates=[m.id for m in messages if m.id in existing], pending=pending
         )
+
+    def add_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> None:
+        """``add_messages`` for several sessions of one group at once: one read of the group's
+        sessions, one write of the new session records, one write of every new message."""
+        for messages in sessions.values():
+            _unique_ids(messages)
+        keys = [(group_id, session_id) for session_id in sessions]
+        with self._add_locks.hold(keys), self.timings.stage("store_messages"):
+            known = {info.session_id for info in self._log.list_sessions(group_id)}
+            new: list[StoredMessage] = []
+            base = time.time_ns()
+            received = utc_now()
+            for session_id, messages in sessions.items():
+                existing = self._log.get_messages(group_id, session_id, [m.id for m in messages])
+                conflicts = [
+                    m.id for m in messages if m.id in existing and not _same_message(existing[m.id].message, m)
+                ]
+                if conflicts:
+                    raise ConflictError(
+                        "message ids already exist with different content", details={"ids": conflicts[:20]}
+                    )
+                new += [
+                    StoredMessage(
+                        group_id=group_id,
+                        session_id=session_id,
+                        message=m,
+                        received_at=received,
+                        sequence=base + len(new) + i,
+                    )
+                    for i, m in enumerate(m for m in messages if m.id not in existing)
+                ]
+            self._log.put_session_infos(
+                group_id, [SessionInfo(group_id=group_id, session_id=s) for s in sessions if s not in known]
+            )
+            for start in range(0, len(new), WRITE_BATCH):
+                self._log.insert_messages(group_id, new[start : start + WRITE_BATCH])
+            if new and self._coordinator.distributed:
+                by_session: dict[str, list[StoredMessage]] = defaultdict(list)
+                for stored in new:
+                    by_session[stored.session_id].append(stored)
+                for session_id, items in by_session.items():
+                    found = self._log.get_messages(group_id, session_id, [s.message.id for s in items])
+                    lost = [
+                        s.message.id
+                        for s in items
+                        if s.message.id not in found or not _same_message(found[s.message.id].message, s.message)
+                    ]
+                    if lost:
+                        raise ConflictError(
+                            "a concurrent request stored these message ids first, with different content",
+                            details={"ids": lost[:20]},
+                        )
+
+    def store_and_embed(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> Embedded:
+        """Store several sessions' messages (``add_sessions``) while their vectors are computed (what
+        ``form`` would embed for them, given to it as ``embedded``): one embedding call per session,
+        the batches ``form`` itself makes, so the vectors are the same to the last bit."""
+        found: Embedded = {}
+        with OrderedWriter("epimem-add") as writer:
+            writer.submit(lambda: self.add_sessions(group_id, sessions))
+            for session_id, given in sessions.items():
+                messages = sorted(given, key=lambda m: m.timestamp)  # the order ``form`` reads them back in
+                texts = [message_line(m) for m in messages]
+                with self.timings.stage("embedding"):
+                    vectors = self._embedder.embed_batch(texts)
+                for message, text, vector in zip(messages, texts, vectors, strict=True):
+                    found[(group_id, session_id, message.id)] = (text, vector)
+        return found
 
     def needs_formation(self, receipt: AddReceipt) -> bool:
         return receipt.pending >= self._auto_flush_pending
@@ -158,49 +235,83 @@ class Ingestor:
         *,
         close_tail: bool,
         final_reason: BoundaryReason = BoundaryReason.FLUSH,
+        embedded: Embedded | None = None,
     ) -> list[Episode]:
-        """Form episodes for several sessions at once: one embedding batch for all their messages,
-        one for all their episodes, one write per partition."""
-        with self._coordinator.hold(sessions):
-            jobs: list[GenerationJob] = []
+        """Form episodes for several sessions at once: one embedding batch for all their messages
+        (unless ``embedded`` has them already), one for all their episodes, few large writes. The
+        writes run in a background thread in write-ahead order (plans, vectors, done) while the
+        next embedding runs; it returns once they have all landed."""
+        with self._coordinator.hold(sessions), OrderedWriter() as writer:
             message_vectors: MessageVectors = {}
-            for group_id, session_id in sessions:
-                jobs += self._plan(
-                    group_id, session_id, message_vectors, close_tail=close_tail, final_reason=final_reason
-                )
-            return self._execute(jobs, message_vectors) if jobs else []
+            if self._generation_concurrency > 1 and len(sessions) > 1:  # an LLM segmenter waits on the LLM
+                with ThreadPoolExecutor(min(self._generation_concurrency, len(sessions))) as pool:
+                    planned = list(
+                        pool.map(lambda key: self._plan(key[0], key[1], close_tail, final_reason, embedded), sessions)
+                    )
+            else:
+                planned = [self._plan(g, s, close_tail, final_reason, embedded) for g, s in sessions]
+            jobs: list[GenerationJob] = []
+            forming: dict[str, list[StoredMessage]] = defaultdict(list)
+            for session_jobs, vectors, plans in planned:
+                jobs += session_jobs
+                message_vectors.update(vectors)
+                for stored in plans:
+                    forming[stored.group_id].append(stored)
+            if forming:
+                writer.submit(lambda: self._write_plans(forming))
+            return self._execute(jobs, message_vectors, writer) if jobs else []
 
     def _plan(
         self,
         group_id: str,
         session_id: str,
-        message_vectors: MessageVectors,
-        *,
         close_tail: bool,
         final_reason: BoundaryReason,
-    ) -> list[GenerationJob]:
+        embedded: Embedded | None,
+    ) -> tuple[list[GenerationJob], MessageVectors, list[StoredMessage]]:
         """The session's jobs: those planned before a crash, then the new segments of its pending
-        messages (step 1 written for them); their message vectors go into ``message_vectors``."""
+        messages; their message vectors; the step-1 records to write for the new ones."""
         unfinished = self._log.list_messages(group_id, session_id, states=[MessageState.PENDING, MessageState.FORMING])
         resumed = _resumed_jobs(group_id, session_id, unfinished)
         pending = [s.message for s in unfinished if s.state is MessageState.PENDING]
         if not pending:
-            return resumed
-        with self.timings.stage("embedding"):
-            vectors = self._embedder.embed_batch([message_line(m) for m in pending])
-        for message, vector in zip(pending, vectors, strict=True):
-            message_vectors[(group_id, session_id, message.id)] = vector
+            return resumed, {}, []
+        texts = [message_line(m) for m in pending]
+        given = embedded or {}
+        known = [given.get((group_id, session_id, m.id)) for m in pending]
+        vectors: list[np.ndarray | None] = [
+            found[1] if found is not None and found[0] == text else None
+            for found, text in zip(known, texts, strict=True)
+        ]
+        todo = [position for position, vector in enumerate(vectors) if vector is None]
+        if todo:
+            with self.timings.stage("embedding"):
+                computed = self._embedder.embed_batch([texts[p] for p in todo])
+            for position, vector in zip(todo, computed, strict=True):
+                vectors[position] = vector
+        matrix = np.stack([v for v in vectors if v is not None])
+        found_vectors = {(group_id, session_id, m.id): matrix[i] for i, m in enumerate(pending)}
         with self.timings.stage("segmentation"):
-            segments = self._segmenter.segment(pending, vectors=vectors, final_reason=final_reason)
+            segments = self._segmenter.segment(pending, vectors=matrix, final_reason=final_reason)
         if not close_tail:
             segments = self._closed(segments)
         jobs = [
             GenerationJob(segment, group_id, session_id, episode_id_for(group_id, session_id, segment.message_ids))
             for segment in segments
         ]
-        self._coordinator.verify([(group_id, session_id)])
-        self._write_plans(jobs, unfinished)
-        return resumed + jobs
+        by_id = {stored.message.id: stored for stored in unfinished}
+        plans = [
+            by_id[m.id].model_copy(
+                update={
+                    "state": MessageState.FORMING,
+                    "episode_id": job.episode_id,
+                    "boundary_reason": job.segment.boundary_reason,
+                }
+            )
+            for job in jobs
+            for m in job.segment.messages
+        ]
+        return resumed + jobs, found_vectors, plans
 
     def _closed(self, segments: list[Segment]) -> list[Segment]:
         """The segments a later cut has closed; the open tail too when it is full or idle."""
@@ -213,18 +324,20 @@ class Ingestor:
             return [*segments[:-1], tail.model_copy(update={"boundary_reason": BoundaryReason.TIME_GAP})]
         return segments[:-1]
 
-    def _write_plans(self, jobs: list[GenerationJob], unfinished: list[StoredMessage]) -> None:
-        """Step 1: record which episode each message goes to, before any episode is written."""
-        by_id = {stored.message.id: stored for stored in unfinished}
-        for job in jobs:
-            update = {"state": MessageState.FORMING, "episode_id": job.episode_id}
-            update["boundary_reason"] = job.segment.boundary_reason
-            self._log.put_messages(job.group_id, [by_id[m.id].model_copy(update=update) for m in job.segment.messages])
+    def _write_plans(self, plans: Mapping[str, list[StoredMessage]]) -> None:
+        """Step 1: record which episode each message goes to, before any episode is written (one
+        state update per group)."""
+        self._coordinator.verify(sorted({(s.group_id, s.session_id) for items in plans.values() for s in items}))
+        with self.timings.stage("storage"):
+            for group_id, stored in plans.items():
+                for start in range(0, len(stored), WRITE_BATCH):
+                    self._log.set_states(group_id, stored[start : start + WRITE_BATCH])
 
     def _execute(
-        self, jobs: list[GenerationJob], message_vectors: dict[tuple[str, str, str], np.ndarray]
+        self, jobs: list[GenerationJob], message_vectors: MessageVectors, writer: OrderedWriter
     ) -> list[Episode]:
-        """Steps 2 and 3: generate, embed and write the episodes, then mark their messages done."""
+        """Steps 2 and 3: generate, embed and write the episodes, then mark their messages done.
+        The message vectors are written while the episodes are embedded."""
         with self.timings.stage("generation"):
             episodes = batch_generate_episodes(self._generator, jobs, concurrency=self._generation_concurrency)
         missing = [
@@ -233,17 +346,14 @@ class Ingestor:
             for m in job.segment.messages
             if (job.group_id, job.session_id, m.id) not in message_vectors
         ]
-        with self.timings.stage("embedding"):
-            episode_vectors = self._embedder.embed_batch([episode_embedding_text(e) for e in episodes])
-            if missing:
+        if missing:  # resumed after a crash: their vectors were not kept
+            with self.timings.stage("embedding"):
                 vectors = self._embedder.embed_batch([message_line(m) for _, _, m in missing])
-                for (g, s, m), vector in zip(missing, vectors, strict=True):
-                    message_vectors[(g, s, m.id)] = vector
-        by_partition: dict[tuple[str, str], list[VectorRecord]] = defaultdict(list)
+            for (g, s, m), vector in zip(missing, vectors, strict=True):
+                message_vectors[(g, s, m.id)] = vector
+        messages: dict[str, dict[str, list[VectorRecord]]] = defaultdict(lambda: defaultdict(list))
         done: dict[str, list[StoredMessage]] = defaultdict(list)
-        for job, episode, vector in zip(jobs, episodes, episode_vectors, strict=True):
-            records = by_partition[(job.group_id, job.session_id)]
-            records.append(VectorRecord.of_episode(episode, vector))
+        for job in jobs:
             for message in job.segment.messages:
                 stored = StoredMessage(
                     group_id=job.group_id,
@@ -253,36 +363,39 @@ class Ingestor:
                     episode_id=job.episode_id,
                     boundary_reason=job.segment.boundary_reason,
                 )
-                records.append(
-                    VectorRecord.of_message(stored, message_vectors[(job.group_id, job.session_id, message.id)])
-                )
+                vector = message_vectors[(job.group_id, job.session_id, message.id)]
+                messages[job.group_id][job.session_id].append(VectorRecord.of_message(stored, vector))
                 done[job.group_id].append(stored)
-        self._coordinator.verify(list(by_partition))
-        with self.timings.stage("storage"):
-            for (g, s), records in by_partition.items():
-                self._vectors.upsert(g, s, records)
-            for g, stored_messages in done.items():
-                self._mark_done(g, stored_messages)
-        self.timings.episodes_created += len(episodes)
+        partitions = sorted({(job.group_id, job.session_id) for job in jobs})
+        writer.submit(lambda: self._write_vectors(partitions, messages))
+        with self.timings.stage("embedding"):
+            episode_vectors = self._embedder.embed_batch([episode_embedding_text(e) for e in episodes])
+        records: dict[str, dict[str, list[VectorRecord]]] = defaultdict(lambda: defaultdict(list))
+        for job, episode, vector in zip(jobs, episodes, episode_vectors, strict=True):
+            records[job.group_id][job.session_id].append(VectorRecord.of_episode(episode, vector))
+        writer.submit(lambda: self._write_vectors(partitions, records))
+        writer.submit(lambda: self._mark_done(done))
+        writer.wait()
+        self.timings.count_episodes(len(episodes))
         log.info("formed %d episodes", len(episodes))
         return episodes
 
-    def _mark_done(self, group_id: str, stored_messages: list[StoredMessage]) -> None:
-        """Step 3; keeps each message's original receipt time and sequence."""
-        by_session: dict[str, list[StoredMessage]] = defaultdict(list)
-        for stored in stored_messages:
-            by_session[stored.session_id].append(stored)
-        updated: list[StoredMessage] = []
-        for session_id, items in by_session.items():
-            current = self._log.get_messages(group_id, session_id, [s.message.id for s in items])
-            for stored in items:
-                previous = current.get(stored.message.id)
-                if previous is None:
-                    continue  # deleted meanwhile: do not resurrect it
-                updated.append(
-                    stored.model_copy(update={"received_at": previous.received_at, "sequence": previous.sequence})
-                )
-        self._log.put_messages(group_id, updated)
+    def _write_vectors(
+        self, partitions: list[tuple[str, str]], records: Mapping[str, Mapping[str, list[VectorRecord]]]
+    ) -> None:
+        """Step 2 (vectors, partitions and group index), after checking the sessions are still ours."""
+        self._coordinator.verify(partitions)
+        with self.timings.stage("storage"):
+            for group_id, by_session in records.items():
+                self._vectors.upsert_sessions(group_id, by_session)
+
+    def _mark_done(self, done: Mapping[str, list[StoredMessage]]) -> None:
+        """Step 3: a state update, which keeps each message's receipt time and sequence, and never
+        brings back a message deleted meanwhile."""
+        with self.timings.stage("storage"):
+            for group_id, stored in done.items():
+                for start in range(0, len(stored), WRITE_BATCH):
+                    self._log.set_states(group_id, stored[start : start + WRITE_BATCH])
 
     # -- recovery ----------------------------------------------------------------------------
 
@@ -296,6 +409,18 @@ class Ingestor:
     def recover(self) -> list[Episode]:
         """Finish what a crash interrupted: planned episodes, closed segments and idle tails."""
         return self.form(self.unfinished_sessions(), close_tail=False)
+
+
+WRITE_BATCH = 4000  # records per store write
+
+
+def _unique_ids(messages: Sequence[Message]) -> list[str]:
+    ids = [message.id for message in messages]
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        repeated = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
+        raise InvalidInputError("message ids repeat within the batch", details={"ids": repeated[:20]})
+    return ids
 
 
 def _same_message(a: Message, b: Message) -> bool:

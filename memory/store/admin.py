@@ -9,7 +9,7 @@ from typing import Any, cast
 import numpy as np
 
 from memory.receipts import DeletionReceipt
-from memory.store import codec
+from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.collections import PAGE
 from memory.store.erasure import ErasureReport
@@ -47,6 +47,7 @@ class StoreAdmin(StorePart):
             removed = self._collections.remove_where(log, {"session_id": session_id})
             receipt.log_records += len(removed)
             receipt.ids += removed
+        versions.changed(self._collections, group_id)
         return receipt
 
     @store_call
@@ -67,6 +68,7 @@ class StoreAdmin(StorePart):
         for name, _ in self._epimem_collections(group_id):
             self._drop_into(receipt, name)
         self._collections.remove(self._collections.registry(), [codec.registry_record_id(group_id)])
+        versions.changed(self._collections, group_id, stamp=False)  # the shared stamp went with the record
         return receipt
 
     @store_call
@@ -129,6 +131,8 @@ class StoreAdmin(StorePart):
             )
         self._collections.drop(name)
         new.modify(name=name)
+        if "group_id" in metadata:
+            versions.changed(self._collections, str(metadata["group_id"]))
 
     @store_call
     def finish_rebuilds(self) -> list[str]:
@@ -142,8 +146,11 @@ class StoreAdmin(StorePart):
                 self._collections.drop(temporary)
             else:
                 self.connection.forget([original])
-                client.get_collection(temporary, embedding_function=None).modify(name=original)
+                renamed = client.get_collection(temporary, embedding_function=None)
+                renamed.modify(name=original)
                 finished.append(original)
+                if "group_id" in (renamed.metadata or {}):
+                    versions.changed(self._collections, str((renamed.metadata or {})["group_id"]))
         return finished
 
     # -- handles and erasure ------------------------------------------------------------------------

@@ -48,7 +48,8 @@ def store_call(function: Callable[Concatenate[Part, P], R]) -> Callable[Concaten
     """Chroma's embedded engine occasionally fails a read under concurrent writes with an
     ``InternalError`` ("Error creating hnsw segment reader: Nothing found on disk"); the same call
     succeeds moments later. Such calls are retried a few times (every store write is an idempotent
-    upsert/insert), then reported as 503 rather than as a server error."""
+    upsert/insert), then reported as 503 rather than as a server error. A collection that is gone
+    under a cached handle (another server dropped it) is retried once with fresh handles."""
 
     @functools.wraps(function)
     def wrapper(part: Part, /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -61,6 +62,12 @@ def store_call(function: Callable[Concatenate[Part, P], R]) -> Callable[Concaten
                     return function(part, *args, **kwargs)
             except (httpx.TransportError, ConnectionError, TimeoutError) as error:
                 raise StoreUnavailableError(f"the vector store is unavailable: {error}") from error
+            except chromadb.errors.NotFoundError:
+                # A cached handle of a collection that another server dropped (or dropped and made
+                # again): forget the handles and try once more with fresh ones.
+                if attempt:
+                    raise
+                part.connection.forget()
             except chromadb.errors.InternalError as error:
                 if attempt == _INTERNAL_RETRIES:
                     raise StoreUnavailableError(

@@ -15,6 +15,7 @@ real ids live in metadata):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,9 @@ def registry_record_id(group_id: str) -> str:
     return digest(group_id)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def message_record_id(session_id: str, message_id: str) -> str:
+    """Kept for recent ids: the read path derives the same ids several times per request."""
     return f"m-{digest(session_id, message_id)[:40]}"
 
 
@@ -161,6 +164,15 @@ def log_metadata(stored: StoredMessage) -> dict[str, Any]:
             "seq": stored.sequence,
         }
     )
+
+
+def state_metadata(stored: StoredMessage) -> dict[str, Any]:
+    """The processing state of a message's log record, as a metadata update (None removes a key)."""
+    return {
+        "state": stored.state.value,
+        "episode_id": stored.episode_id,
+        "boundary": stored.boundary_reason.value if stored.boundary_reason else None,
+    }
 
 
 def log_columns(messages: list[StoredMessage]) -> dict[str, Any]:

@@ -58,8 +58,24 @@ class ChromaConnection:
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Collection] = OrderedDict()
         self._touched: set[str] = set()
+        self._versions: dict[str, int] = {}  # group -> writes by this process (memory.store.versions)
         self.restarts = 0
         self.client = start()
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes may write the same data (a Chroma server); embedded Chroma is one
+        process per folder (memory.store.folder_lock)."""
+        return self._stop is None
+
+    def bump(self, group_id: str) -> None:
+        """Count a write of this process to a group's records (what the read caches compare)."""
+        with self._lock:
+            self._versions[group_id] = self._versions.get(group_id, 0) + 1
+
+    def local_version(self, group_id: str) -> int:
+        with self._lock:
+            return self._versions.get(group_id, 0)
 
     @contextmanager
     def call(self) -> Iterator[ClientAPI]:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from memory.models import GroupConfiguration, MessageState, SessionInfo, StoredMessage
-from memory.store import codec
+from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.protocols import Row
 
@@ -46,6 +46,7 @@ class LogStore(StorePart):
         self._collections.written_log(group_id).upsert(
             ids=[record_id], embeddings=codec.placeholders(1), documents=[document], metadatas=[metadata]
         )
+        versions.changed(self._collections, group_id)  # speakers' names live in these records
 
     def _document(self, group_id: str, record_id: str) -> str | None:
         log = self._collections.log(group_id, create=False)
@@ -67,6 +68,20 @@ class LogStore(StorePart):
     def put_session_info(self, info: SessionInfo) -> None:
         metadata = {"kind": "session", "session_id": info.session_id}
         self._put_document(info.group_id, codec.session_record_id(info.session_id), info.model_dump_json(), metadata)
+
+    @store_call
+    def put_session_infos(self, group_id: str, infos: Sequence[SessionInfo]) -> None:
+        """Several sessions' records of one group in one write."""
+        if not infos:
+            return
+        self._register(group_id)
+        self._collections.written_log(group_id).upsert(
+            ids=[codec.session_record_id(info.session_id) for info in infos],
+            embeddings=codec.placeholders(len(infos)),
+            documents=[info.model_dump_json() for info in infos],
+            metadatas=[{"kind": "session", "session_id": info.session_id} for info in infos],
+        )
+        versions.changed(self._collections, group_id)
 
     @store_call
     def get_session_info(self, group_id: str, session_id: str) -> SessionInfo | None:
@@ -111,6 +126,32 @@ class LogStore(StorePart):
             self._collections.written_log(group_id).add(**codec.log_columns(list(messages)))
 
     @store_call
+    def set_states(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
+        """Write the processing state of stored messages (state, episode id, boundary) and nothing
+        else: a metadata update, far cheaper than rewriting the records, which keeps each record's
+        text, receipt time and sequence; a record deleted meanwhile stays deleted (an update never
+        creates one)."""
+        if not messages:
+            return
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return
+        log.update(
+            ids=[codec.message_record_id(stored.session_id, stored.message.id) for stored in messages],
+            metadatas=cast(Any, [codec.state_metadata(stored) for stored in messages]),
+        )
+
+    @store_call
+    def count_messages(self, group_id: str, session_id: str, *, states: Iterable[MessageState]) -> int:
+        """How many of a session's messages are in these states (ids only are read)."""
+        log = self._collections.log(group_id, create=False)
+        if log is None:
+            return 0
+        clauses: list[dict[str, Any]] = [{"kind": "message"}, {"session_id": session_id}]
+        clauses.append({"state": {"$in": [state.value for state in states]}})
+        return len(log.get(where=cast(Any, codec.where_all(clauses)), include=[])["ids"])
+
+    @store_call
     def list_messages(
         self, group_id: str, session_id: str, *, states: Iterable[MessageState] | None = None
     ) -> list[StoredMessage]:
@@ -141,7 +182,9 @@ class LogStore(StorePart):
         log = self._collections.log(group_id, create=False)
         if log is None:
             return []
-        return self._collections.remove(log, [codec.message_record_id(session_id, m) for m in message_ids])
+        removed = self._collections.remove(log, [codec.message_record_id(session_id, m) for m in message_ids])
+        versions.changed(self._collections, group_id)
+        return removed
 
     # -- journals (summary plans) ----------------------------------------------------------------
 

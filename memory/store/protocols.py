@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from memory.models import Episode, GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.receipts import DeletionReceipt
 from memory.store.records import RecordFilter, VectorHit, VectorRecord
+
+if TYPE_CHECKING:
+    from memory.store.snapshots import GroupSnapshot
 
 Row = tuple[str, str, dict[str, Any]]  # a log record: id, document, metadata
 Ids = Sequence[str] | None  # record ids (None: every record the selection admits)
@@ -31,9 +34,17 @@ class VectorReader(Protocol):
         self, group_id: str, embedding: np.ndarray, *, k: int, selection: Selection = None
     ) -> list[VectorHit]: ...
 
+    def nearest(
+        self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
+    ) -> list[tuple[str, float]]: ...
+
+    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot: ...
+
 
 class VectorWriter(VectorReader, Protocol):
     def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord]) -> None: ...
+
+    def upsert_sessions(self, group_id: str, records: Mapping[str, Sequence[VectorRecord]]) -> None: ...
 
     def replace(self, group_id: str, session_id: str, record: VectorRecord) -> None: ...
 
@@ -61,6 +72,8 @@ class LogReader(Protocol):
         self, group_id: str, session_id: str, *, states: Iterable[MessageState] | None = None
     ) -> list[StoredMessage]: ...
 
+    def count_messages(self, group_id: str, session_id: str, *, states: Iterable[MessageState]) -> int: ...
+
     def records(self, group_id: str, kind: str) -> list[Row]: ...
 
 
@@ -82,6 +95,10 @@ class LogWriter(LogReader, LeaseLog, Protocol):
     def put_group_config(self, config: GroupConfiguration) -> None: ...
 
     def put_session_info(self, info: SessionInfo) -> None: ...
+
+    def put_session_infos(self, group_id: str, infos: Sequence[SessionInfo]) -> None: ...
+
+    def set_states(self, group_id: str, messages: Sequence[StoredMessage]) -> None: ...
 
     def put_messages(self, group_id: str, messages: Sequence[StoredMessage]) -> None: ...
 

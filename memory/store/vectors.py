@@ -3,21 +3,40 @@ partition when one session is asked for and from the index otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
 
 from memory.models import Episode
-from memory.store import codec
+from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.collections import PAGE
+from memory.store.collections import PAGE, Collections
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
+from memory.store.snapshots import GroupSnapshot, SnapshotCache
+
+WRITE_BATCH = 4000  # records per Chroma write (its embedded limit is a little over 5,000)
+
+
+def _columns(records: Sequence[VectorRecord]) -> dict[str, Any]:
+    embeddings = [record.embedding for record in records if record.embedding is not None]
+    if len(embeddings) != len(records):
+        raise ValueError("every vector record needs its embedding")
+    return {
+        "ids": [record.id for record in records],
+        "embeddings": np.stack(embeddings),
+        "documents": [record.document for record in records],
+        "metadatas": cast(Any, [record.metadata for record in records]),
+    }
 
 
 class VectorStore(StorePart):
+    def __init__(self, collections: Collections, *, snapshots: SnapshotCache | None = None) -> None:
+        super().__init__(collections)
+        self.snapshots = snapshots or SnapshotCache(collections)
+
     def _both(self, group_id: str, session_id: str, *, create: bool) -> list[Collection]:
         """The session's partition and the group index (those that exist, unless created)."""
         found = (
@@ -47,6 +66,25 @@ class VectorStore(StorePart):
         }
         for collection in self._both(group_id, session_id, create=True):
             collection.upsert(**columns)
+        versions.changed(self._collections, group_id)
+
+    @store_call
+    def upsert_sessions(self, group_id: str, records: Mapping[str, Sequence[VectorRecord]]) -> None:
+        """Several partitions of one group: each partition written, then the group index once for
+        all of them (fewer, larger writes than ``upsert`` per session; idempotent by id)."""
+        batches = {session: list(found) for session, found in records.items() if found}
+        if not batches:
+            return
+        for session_id, found in batches.items():
+            partition = self._collections.vectors(group_id, session_id, create=True)
+            assert partition is not None
+            partition.upsert(**_columns(found))
+        index = self._collections.vectors(group_id, create=True)
+        assert index is not None
+        everything = [record for found in batches.values() for record in found]
+        for start in range(0, len(everything), WRITE_BATCH):
+            index.upsert(**_columns(everything[start : start + WRITE_BATCH]))
+        versions.changed(self._collections, group_id)
 
     @store_call
     def replace(self, group_id: str, session_id: str, record: VectorRecord) -> None:
@@ -63,6 +101,7 @@ class VectorStore(StorePart):
             )
             if stale:  # a key updated to None is removed
                 collection.update(ids=[record.id], metadatas=cast(Any, [dict.fromkeys(stale)]))
+        versions.changed(self._collections, group_id)
 
     @store_call
     def update_metadata(
@@ -72,6 +111,7 @@ class VectorStore(StorePart):
         if ids:
             for collection in self._both(group_id, session_id, create=False):
                 collection.update(ids=list(ids), metadatas=cast(Any, list(metadatas)))
+            versions.changed(self._collections, group_id)
 
     @store_call
     def delete(self, group_id: str, session_id: str, ids: Sequence[str]) -> tuple[int, list[str]]:
@@ -80,6 +120,7 @@ class VectorStore(StorePart):
         if ids:
             for collection in self._both(group_id, session_id, create=False):
                 removed += self._collections.remove(collection, ids)
+            versions.changed(self._collections, group_id)
         return len(removed), removed
 
     @store_call
@@ -151,3 +192,22 @@ class VectorStore(StorePart):
             VectorHit(VectorRecord(i, d or "", dict(m or {})), float(distance))
             for i, d, m, distance in zip(ids, documents, metadatas, distances, strict=True)
         ]
+
+    @store_call
+    def nearest(
+        self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
+    ) -> list[tuple[str, float]]:
+        """Ids and cosine distances of the ``k`` nearest records (``query`` without documents and
+        metadata: the read cache has those)."""
+        collection, where = self._read_from(group_id, selection)
+        if collection is None:
+            return []
+        result = collection.query(query_embeddings=[vector], n_results=k, where=where, include=["distances"])
+        distances = (result["distances"] or [[]])[0]
+        return [(i, float(d)) for i, d in zip(result["ids"][0], distances, strict=True)]
+
+    @store_call
+    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
+        """The group's read snapshot at its current version (memory.store.snapshots); ``fresh``: read
+        a Chroma server's shared stamp now (the start of a request)."""
+        return self.snapshots.get(group_id, fresh=fresh)

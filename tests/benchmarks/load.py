@@ -4,6 +4,7 @@
     python tests/benchmarks/load.py --clients 8 --duration 10     # the short form
     python tests/benchmarks/load.py --servers 2                   # two servers on one Chroma server
     python tests/benchmarks/load.py --url http://127.0.0.1:8000   # an already running server
+    python tests/benchmarks/load.py --curve 1,2,4,8,16 --duration 20   # recall only: req/s and latency per client count
 
 The mix: 70% recall (50% search, 20% context), 20% message batches, 10% timeline, over 50
 groups. Afterwards every session that got messages is flushed and read back: every acknowledged
@@ -135,14 +136,21 @@ def batch(rng: random.Random, client: int, counter: int, size: int) -> list[dict
 
 
 async def client_loop(
-    index: int, urls: list[str], groups: list[str], deadline: float, stats: Stats, rng: random.Random
+    index: int,
+    urls: list[str],
+    groups: list[str],
+    deadline: float,
+    stats: Stats,
+    rng: random.Random,
+    *,
+    recall_only: bool = False,
 ) -> None:
     sent = 0
     async with httpx.AsyncClient(timeout=60) as http:
         while time.monotonic() < deadline:
             base = urls[rng.randrange(len(urls))]  # spread over the servers
             group = rng.choice(groups)
-            roll = rng.random()
+            roll = rng.random() * (0.7 if recall_only else 1.0)  # recall only: 5/7 search, 2/7 context
             if roll < 0.5:
                 route, method, path = "search", "POST", f"/v1/groups/{group}/search"
                 body: Any = {"query": " ".join(rng.sample(WORDS, 2)), "k": 5}
@@ -217,11 +225,45 @@ def verify(urls: list[str], stats: Stats) -> dict[str, int]:
     return {"checked": checked, "lost": lost, "duplicated": duplicated, "orphaned": orphaned}
 
 
-async def run_clients(urls: list[str], groups: list[str], clients: int, duration: float, stats: Stats) -> float:
+async def run_clients(
+    urls: list[str], groups: list[str], clients: int, duration: float, stats: Stats, *, recall_only: bool = False
+) -> float:
     deadline = time.monotonic() + duration
     started = time.perf_counter()
-    await asyncio.gather(*(client_loop(i, urls, groups, deadline, stats, random.Random(i)) for i in range(clients)))
+    await asyncio.gather(
+        *(
+            client_loop(i, urls, groups, deadline, stats, random.Random(i), recall_only=recall_only)
+            for i in range(clients)
+        )
+    )
     return time.perf_counter() - started
+
+
+def curve(urls: list[str], groups: list[str], counts: list[int], duration: float) -> dict[int, dict[str, Any]]:
+    """Recall only (search and context), for each number of concurrent clients in turn."""
+    found: dict[int, dict[str, Any]] = {}
+    print(f"curve: recall only (5/7 search, 2/7 context), {duration:.0f} s per step, {len(groups)} groups")
+    print(f"{'clients':>8}{'req/s':>9}{'search p50':>12}{'p95':>8}{'context p50':>13}{'p95':>8}{'errors':>8}")
+    for count in counts:
+        stats = Stats()
+        asyncio.run(run_clients(urls, groups, 1, 2.0, Stats(), recall_only=True))  # warm-up
+        elapsed = asyncio.run(run_clients(urls, groups, count, duration, stats, recall_only=True))
+        total = sum(len(v) for v in stats.latencies.values())
+        errors = sum(n for (_, status), n in stats.statuses.items() if status >= 400) + sum(
+            stats.transport_errors.values()
+        )
+        row = {"throughput": total / elapsed, "errors": errors}
+        for route in ("search", "context"):
+            values = stats.latencies.get(route, [])
+            row[route] = {"p50_ms": percentile(values, 50) * 1000, "p95_ms": percentile(values, 95) * 1000}
+        found[count] = row
+        print(
+            f"{count:>8}{row['throughput']:>9.1f}{row['search']['p50_ms']:>12.0f}{row['search']['p95_ms']:>8.0f}"
+            f"{row['context']['p50_ms']:>13.0f}{row['context']['p95_ms']:>8.0f}{errors:>8}"
+        )
+    if 1 in found and 8 in found:
+        print(f"throughput 8 clients / 1 client: {found[8]['throughput'] / found[1]['throughput']:.2f} (target 1.6)")
+    return found
 
 
 def report(stats: Stats, elapsed: float, checks: dict[str, int], args: argparse.Namespace) -> dict[str, Any]:
@@ -275,6 +317,7 @@ def main() -> int:
     parser.add_argument("--chroma-server", action="store_true", help="use a Chroma server even with one epimem")
     parser.add_argument("--url", dest="urls", action="append", default=[], help="use running servers instead")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--curve", help="recall only, for these client counts in turn (e.g. 1,2,4,8,16)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="epimem-load-"))
     cluster = Cluster(servers=args.servers, chroma=args.chroma_server or args.servers > 1, workdir=workdir)
@@ -284,6 +327,11 @@ def main() -> int:
             args.urls = cluster.urls
         groups = [f"load-{uuid_suffix()}-{i}" for i in range(args.groups)]
         seed(args.urls, groups)
+        if args.curve:
+            figures = {"curve": curve(args.urls, groups, [int(n) for n in args.curve.split(",")], args.duration)}
+            if args.json:
+                args.json.write_text(json.dumps(figures, indent=2))
+            return 0
         stats = Stats()
         elapsed = asyncio.run(run_clients(args.urls, groups, args.clients, args.duration, stats))
         checks = verify(args.urls, stats)

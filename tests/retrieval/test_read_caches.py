@@ -1,0 +1,195 @@
+"""The read caches (memory.store.snapshots): a cached read never returns stale or deleted data, on
+both backends, after this process's writes and after another server's (two services on one Chroma
+server); the cached path gives exactly what the uncached one gives; memory stays bounded and is
+reported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.facade import Epimem
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+
+T0 = datetime(2023, 5, 1, 9, 0, tzinfo=UTC)
+TALK = [
+    ("Ana", "We adopted a grey kitten called Miso last weekend."),
+    ("Ben", "Miso! What a lovely name for a kitten."),
+    ("Ana", "She sleeps on the piano all afternoon."),
+    ("Ben", "I finally booked the train to Lisbon for June."),
+    ("Ana", "Lisbon in June sounds wonderful, bring me a tile."),
+    ("Ben", "My marathon training starts on Monday."),
+]
+
+
+def chat(prefix: str, lines: list[tuple[str, str]], *, day: int = 0) -> list[dict[str, Any]]:
+    start = T0 + timedelta(days=day)
+    return [
+        {
+            "id": f"{prefix}{i}",
+            "content": text,
+            "producer_id": who,
+            "timestamp": (start + timedelta(minutes=i)).isoformat(),
+        }
+        for i, (who, text) in enumerate(lines)
+    ]
+
+
+def seed(service: Epimem, group_id: str) -> None:
+    service.add_messages(group_id, "s1", chat("a", TALK[:3]))
+    service.flush(group_id, "s1")
+    service.add_messages(group_id, "s2", chat("b", TALK[3:], day=3))
+    service.flush(group_id, "s2")
+
+
+def cited(service: Epimem, group_id: str, query: str) -> set[str]:
+    result = service.context(group_id, query, token_budget=400)
+    return {m for citation in result.citations for m in citation.message_ids}
+
+
+def found_text(service: Epimem, group_id: str, query: str) -> str:
+    hits = service.search(group_id, query, k=10, expand=True)
+    context = service.context(group_id, query, token_budget=400).text
+    return context + "\n".join(m.content for hit in hits for m in hit.messages or [])
+
+
+def test_cached_reads_equal_uncached_reads(make_service: Callable[..., Epimem], group_id: str) -> None:
+    cached = make_service()
+    seed(cached, group_id)
+    uncached = cached.memory.store.vectors.snapshots
+    queries = ["Who is Miso?", "When is the trip to Lisbon?", "marathon Monday", "piano"]
+    expected = [(cached.context(group_id, q, token_budget=300), cached.search(group_id, q, k=5)) for q in queries]
+    assert cached.memory.store.vectors.snapshot(group_id).full
+    uncached.full_group_bytes = 0  # columns only: episodes, messages and vectors read from Chroma
+    uncached.forget()
+    assert not cached.memory.store.vectors.snapshot(group_id).full
+    for query, (context, hits) in zip(queries, expected, strict=True):
+        again = cached.context(group_id, query, token_budget=300)
+        assert (again.text, again.citations) == (context.text, context.citations)
+        assert [(h.episode.uuid, round(h.score, 9)) for h in cached.search(group_id, query, k=5)] == [
+            (h.episode.uuid, round(h.score, 9)) for h in hits
+        ]
+
+
+def test_new_messages_are_seen_at_once(service: Epimem, group_id: str) -> None:
+    seed(service, group_id)
+    assert "c0" not in cited(service, group_id, "pottery class")
+    builds = service.stats().read_cache.builds
+    service.add_messages(group_id, "s3", chat("c", [("Ana", "I signed up for a pottery class on Thursdays.")]))
+    service.flush(group_id, "s3")
+    assert "c0" in cited(service, group_id, "pottery class")
+    assert service.stats().read_cache.builds == builds + 1
+
+
+def test_deleted_data_never_comes_back(service: Epimem, group_id: str) -> None:
+    seed(service, group_id)
+    assert "Miso" in found_text(service, group_id, "kitten Miso")  # cached now
+    service.delete_message(group_id, "s1", "a0")
+    assert "grey kitten" not in found_text(service, group_id, "grey kitten Miso")
+    service.delete_session(group_id, "s2")
+    assert "Lisbon" not in found_text(service, group_id, "train to Lisbon")
+    service.delete_group(group_id)
+    assert service.search(group_id, "kitten") == []
+    assert service.context(group_id, "kitten", token_budget=300).citations == []
+
+
+def test_a_delete_then_an_add_of_as_many_records_is_seen(service: Epimem, group_id: str) -> None:
+    """The group index count stays the same: only the version tells."""
+    seed(service, group_id)
+    count = service.vector_count(group_id)
+    assert "Miso" in found_text(service, group_id, "kitten Miso")
+    service.delete_session(group_id, "s1")
+    service.add_messages(group_id, "s1", chat("z", [(w, t.replace("Miso", "Tofu")) for w, t in TALK[:3]]))
+    service.flush(group_id, "s1")
+    assert service.vector_count(group_id) == count
+    text = found_text(service, group_id, "kitten")
+    assert "Tofu" in text and "Miso" not in text
+
+
+def test_speaker_names_follow_session_metadata(service: Epimem, group_id: str) -> None:
+    from memory.models import SessionInfo
+
+    seed(service, group_id)
+    assert service.searcher.speaker_names(group_id).get("ana", set()) == set()
+    service.put_session(
+        SessionInfo(group_id=group_id, session_id="s1", metadata={"speakers": {"Ana": {"aliases": ["Annie"]}}})
+    )
+    assert service.searcher.speaker_names(group_id)["ana"] == {"annie"}
+
+
+def test_memory_is_bounded_and_reported(service: Epimem, group_id: str) -> None:
+    snapshots = service.memory.store.vectors.snapshots
+    snapshots.max_groups = 2
+    groups = [f"{group_id}-{i}" for i in range(3)]
+    for group in groups:
+        service.add_messages(group, "s1", chat("a", TALK))
+        service.flush(group, "s1")
+        service.search(group, "kitten", k=3)
+    stats = service.stats().read_cache
+    assert stats is not None
+    assert stats.groups == 2 and stats.evictions >= 1 and snapshots.groups() == groups[1:]
+    assert 0 < stats.bytes <= stats.max_bytes and stats.records > 0 and stats.full_groups == 2
+    snapshots.max_bytes = 1  # smaller than any group: only the one in use stays
+    service.search(groups[0], "kitten", k=3)
+    assert snapshots.groups() == [groups[0]]
+    assert service.search(groups[2], "Lisbon", k=3)  # evicted groups are read again, correctly
+    assert snapshots.groups() == [groups[2]]
+
+
+def test_writes_of_another_server_are_seen(
+    chroma_server: Any, tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
+) -> None:
+    """Two services on one Chroma server: each sees the other's adds and deletes on its next request,
+    whatever its cache holds (the shared stamp in the registry)."""
+
+    def server(name: str) -> Epimem:
+        settings = Settings(
+            data_dir=tmp_path / name, chroma_host="127.0.0.1", chroma_port=chroma_server.port, node_id=name
+        )
+        return Epimem.from_settings(settings, background=False, embedder=embedder)
+
+    one, two = server("one"), server("two")
+    try:
+        seed(one, group_id)
+        assert "Miso" in found_text(two, group_id, "kitten Miso")  # two caches the group
+        one.add_messages(group_id, "s3", chat("c", [("Ana", "I signed up for a pottery class on Thursdays.")]))
+        one.flush(group_id, "s3")
+        assert "c0" in cited(two, group_id, "pottery class")
+        one.delete_message(group_id, "s1", "a0")
+        assert "grey kitten" not in found_text(two, group_id, "grey kitten Miso")
+        # A delete and an add of as many records: the count alone would not tell.
+        one.delete_session(group_id, "s2")
+        one.add_messages(group_id, "s2", chat("d", [(w, t.replace("Lisbon", "Porto")) for w, t in TALK[3:]], day=3))
+        one.flush(group_id, "s2")
+        text = found_text(two, group_id, "train trip in June")
+        assert "Porto" in text and "Lisbon" not in text
+        one.delete_group(group_id)
+        assert two.search(group_id, "kitten") == []
+    finally:
+        one.close()
+        two.close()
+
+
+def test_versions_move_with_every_write(service: Epimem, group_id: str) -> None:
+    vectors = service.memory.store.vectors
+    seed(service, group_id)
+    first = vectors.snapshot(group_id, fresh=True).version
+    assert vectors.snapshot(group_id, fresh=True).version == first  # no write: the same snapshot
+    service.delete_message(group_id, "s2", "b1")
+    second = vectors.snapshot(group_id, fresh=True).version
+    assert second != first
+    if vectors.connection.shared:
+        assert second[1] != first[1] and second[1]  # the shared stamp moved too
+
+
+@pytest.mark.parametrize("wanted", [1, 3])
+def test_session_scoped_reads_use_the_cache(service: Epimem, group_id: str, wanted: int) -> None:
+    seed(service, group_id)
+    hits = service.search(group_id, "Lisbon train", k=wanted, session_ids=["s2"])
+    assert hits and all(hit.episode.session_id == "s2" for hit in hits)
+    assert service.search(group_id, "Lisbon train", k=wanted, session_ids=["nope"]) == []
