@@ -9,6 +9,7 @@ one.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
@@ -22,7 +23,8 @@ class OrderedWriter:
         self._failed: BaseException | None = None
 
     def submit(self, write: Callable[[], Any]) -> None:
-        """Run ``write`` after every write submitted before it (skipped once one has failed)."""
+        """Run ``write`` after every write submitted before it (skipped once one has failed), in the
+        caller's context (its tracing span is the parent of the write's spans)."""
 
         def run() -> Any:
             if self._failed is not None:
@@ -33,7 +35,7 @@ class OrderedWriter:
                 self._failed = error
                 raise
 
-        self._futures.append(self._pool.submit(run))
+        self._futures.append(self._pool.submit(contextvars.copy_context().run, run))
 
     def wait(self) -> None:
         """Until every submitted write has run; raises the first failure."""

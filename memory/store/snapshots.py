@@ -329,15 +329,15 @@ class SnapshotCache:
             snapshot.config, snapshot.sessions = _group_records(self._collections, log, group_id)
         if full:
             vectors = np.concatenate(pages) if pages else np.zeros((0, dimension), dtype=np.float32)
+            pages.clear()
             snapshot.full = True
             snapshot.metadatas = metadatas
             snapshot.vectors = vectors
             # Row by row, as unit() divides one vector by its norm: the same float32 values as before.
-            snapshot.directions = (
-                np.stack([row / (float(np.linalg.norm(row)) or 1.0) for row in vectors])
-                if len(vectors)
-                else vectors.copy()
-            )
+            directions = np.empty_like(vectors)
+            for position, row in enumerate(vectors):
+                directions[position] = row / (float(np.linalg.norm(row)) or 1.0)
+            snapshot.directions = directions
             snapshot.messages = _messages(self._collections, log, group_id) if log is not None else {}
         snapshot.nbytes = _size(snapshot)
         snapshot.built_s = time.perf_counter() - started

@@ -13,7 +13,7 @@ Targets: p50 <= 2 x and p95 <= 3 x the floor. Also printed: the evidence recall 
 (the same figure as ``locomo.py`` at 1,000 tokens for those questions) and the read cache's figures.
 
     python tests/benchmarks/context.py                 # all five dev conversations, every question
-    python tests/benchmarks/context.py --quick         # short form: one conversation, 40 questions
+    python tests/benchmarks/context.py --quick         # short form: 4 sessions of one conversation, 20 questions
     python tests/benchmarks/context.py --profile       # also a pyinstrument profile of the facade's context
     python tests/benchmarks/context.py --data-dir DIR  # keep (or reuse) the ingested groups
 """
@@ -35,6 +35,31 @@ from locomo import evidence_recall, load_samples, questions
 from memory.store.codec import index_name
 
 BUDGET = 1000
+QUICK_SESSIONS = 4
+
+
+def in_sessions(evidence: tuple[str, ...], sessions: int | None) -> bool:
+    """Whether every evidence turn ("D3:5": session 3) is in the first ``sessions`` sessions."""
+    if sessions is None:
+        return True
+    numbers = [dia_id[1:].split(":")[0] for dia_id in evidence]
+    return all(number.isdigit() and int(number) <= sessions for number in numbers)
+
+
+def server_logging() -> None:
+    """Log as ``epimem serve`` does (JSON lines, one access line per request), into /dev/null; the
+    client's own request log off (it is not the server's cost)."""
+    import logging
+    import os
+
+    from api.logs import configure_logging
+
+    configure_logging("INFO")
+    for name in ("epimem", "uvicorn.error"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler):
+                handler.setStream(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def free_port() -> int:
@@ -97,7 +122,7 @@ class Floor:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short form: one conversation, 40 questions")
+    parser.add_argument("--quick", action="store_true", help="short form: 4 sessions of one conversation")
     parser.add_argument("--full", action="store_true", help="full sizes (the default)")
     parser.add_argument("--samples", default="", help="comma-separated sample ids (default: all)")
     parser.add_argument("--questions", type=int, help="questions per conversation (default: all)")
@@ -105,11 +130,15 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="pyinstrument profile of the facade's context")
     args = parser.parse_args()
     chosen = [s for s in args.samples.split(",") if s] or (["conv-30"] if args.quick else None)
-    limit = args.questions or (40 if args.quick else None)
+    limit = args.questions or (20 if args.quick else None)
 
     from api.facade import Epimem
 
+    server_logging()
     samples = load_samples(c.LOCOMO, chosen)
+    if args.quick:  # the first sessions only, and the questions whose evidence is in them
+        for sample in samples:
+            sample.locomo.sessions = dict(list(sample.locomo.sessions.items())[:QUICK_SESSIONS])
     with tempfile.TemporaryDirectory(prefix="epimem-context-") as scratch:
         service = Epimem.from_settings(data_dir=args.data_dir or Path(scratch), background=False)
         started = time.perf_counter()
@@ -130,7 +159,12 @@ def main() -> None:
 
             for sample in samples:
                 group = sample.sample_id
-                asked = [(category, q, evidence) for category, q, evidence in questions(sample) if category != 5]
+                kept = QUICK_SESSIONS if args.quick else None
+                asked = [
+                    (category, q, evidence)
+                    for category, q, evidence in questions(sample)
+                    if category != 5 and in_sessions(evidence, kept)
+                ]
                 asked = asked[:limit] if limit else asked
                 for _, question, _ in asked[:3]:  # warm-up: the first request builds the group's snapshot
                     context(group, question)

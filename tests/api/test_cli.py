@@ -1,0 +1,156 @@
+"""The `epimem` command line: in process on a data folder (the loaded model is handed in through the
+click context object), and `epimem serve` as a real process answering HTTP."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers.processes import clean_env
+from helpers.servers import ServerProcess
+from typer.testing import CliRunner
+
+from api.cli import app
+from memory.embedding.embedder import SentenceTransformerEmbedder
+
+runner = CliRunner()
+
+
+def locomo_file(path: Path) -> Path:
+    """A tiny file in the LoCoMo format: one sample, two sessions."""
+    turns_1 = [
+        ("Caroline", "I adopted a puppy called Rex from the shelter last weekend."),
+        ("Melanie", "That's lovely! What breed is Rex?"),
+        ("Caroline", "A golden retriever. He already loves the lake."),
+        ("Melanie", "You should take him hiking at Lake Tahoe."),
+    ]
+    turns_2 = [
+        ("Melanie", "I finished my sunset painting for the art show."),
+        ("Caroline", "Congratulations! Which gallery is hosting it?"),
+        ("Melanie", "The small gallery downtown, opening on Friday."),
+    ]
+    conversation: dict = {"speaker_a": "Caroline", "speaker_b": "Melanie"}
+    for number, (turns, date) in enumerate(
+        [(turns_1, "1:56 pm on 8 May, 2023"), (turns_2, "10:00 am on 25 May, 2023")], start=1
+    ):
+        conversation[f"session_{number}_date_time"] = date
+        conversation[f"session_{number}"] = [
+            {"speaker": speaker, "dia_id": f"D{number}:{index + 1}", "text": text}
+            for index, (speaker, text) in enumerate(turns)
+        ]
+    path.write_text(json.dumps([{"sample_id": "conv-t", "conversation": conversation, "qa": []}]))
+    return path
+
+
+def run(embedder: SentenceTransformerEmbedder, *args: str) -> str:
+    result = runner.invoke(app, list(args), obj={"embedder": embedder})
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result.stdout
+
+
+def test_import_is_idempotent_and_everything_reads_back(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    source = locomo_file(tmp_path / "locomo.json")
+    first = json.loads(run(embedder, "import", str(source), *data, "--json"))
+    assert first["kind"] == "locomo" and first["groups"] == ["conv-t"] and first["messages"] == 7
+    assert first["episodes"] >= 2
+    again = json.loads(run(embedder, "import", str(source), *data, "--json"))
+    assert again["episodes"] == 0  # a re-run adds nothing
+
+    hits = json.loads(run(embedder, "search", "conv-t", "Which dog did Caroline adopt?", *data, "--json", "-k", "2"))
+    assert hits and "Rex" in hits[0]["episode"]["content"]
+    table = run(embedder, "search", "conv-t", "sunset painting", *data)
+    assert "conv-t" not in table and "session_2" in table  # a table of episodes, by session
+
+    page = json.loads(run(embedder, "timeline", "conv-t", *data, "--json"))
+    times = [e["timestamp"] for e in page["episodes"]]
+    assert len(times) == first["episodes"] and times == sorted(times)
+    only = json.loads(run(embedder, "timeline", "conv-t", *data, "--session", "session_2", "--json"))
+    assert {e["session_id"] for e in only["episodes"]} == {"session_2"}
+    assert "session_1" in run(embedder, "timeline", "conv-t", *data)
+
+    context = json.loads(run(embedder, "context", "conv-t", "Where could Rex go hiking?", *data, "--json"))
+    assert 0 < context["tokens"] <= 1000 and context["citations"]
+    assert "Rex" in run(embedder, "context", "conv-t", "Where could Rex go hiking?", *data, "--budget", "200")
+
+    export = tmp_path / "conv-t.jsonl"
+    run(embedder, "export", "conv-t", *data, "--output", str(export))
+    lines = export.read_text().splitlines()
+    assert json.loads(lines[0])["type"] == "header" and json.loads(lines[-1])["type"] == "end"
+    copied = json.loads(run(embedder, "import", str(export), *data, "--group", "conv-copy", "--json"))
+    assert copied["kind"] == "export" and copied["groups"] == ["conv-copy"]
+    assert copied["episodes"] == first["episodes"]
+
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "group_id": "team",
+                    "session_id": "chat",
+                    "id": f"j{i}",
+                    "content": f"Line {i} about a boat",
+                    "timestamp": f"2023-06-01T10:0{i}:00Z",
+                }
+            )
+            for i in range(3)
+        )
+    )
+    imported = json.loads(run(embedder, "import", str(messages), *data, "--json"))
+    assert imported["kind"] == "messages" and imported["messages"] == 3 and imported["episodes"] >= 1
+    assert json.loads(run(embedder, "import", str(messages), *data, "--json"))["episodes"] == 0
+
+    stats = json.loads(run(embedder, "stats", *data, "--json"))
+    groups = {row["group_id"]: row for row in stats["groups"]}
+    assert set(groups) == {"conv-t", "conv-copy", "team"}
+    assert groups["conv-t"]["sessions"] == 2 and groups["conv-t"]["vectors"] > 7
+    assert "conv-copy" in run(embedder, "stats", *data)
+
+    reembedded = json.loads(run(embedder, "reembed", *data, "--json"))
+    assert reembedded["vectors"] == 0 and reembedded["skipped_collections"] > 0  # already on this model
+
+
+def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    bad = runner.invoke(app, ["search", "g", "x", *data, "-k", "0"], obj={"embedder": embedder})
+    assert bad.exit_code == 2  # typer refuses k < 1
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"group_id": "g", "session_id": "s", "id": "1"}\n')
+    failed = runner.invoke(app, ["import", str(broken), *data], obj={"embedder": embedder})
+    assert failed.exit_code == 1 and "line 1" in failed.output and failed.exception is not None
+    assert not isinstance(failed.exception, ValueError)
+    missing = runner.invoke(app, ["export", "no-such-group", *data], obj={"embedder": embedder})
+    assert missing.exit_code == 1 and "not_found" in missing.output
+
+
+def test_serve_refuses_to_leave_this_machine_without_keys(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "refusing to bind" in result.output
+    embedded = runner.invoke(app, ["serve", "--workers", "2", "--data-dir", str(tmp_path)])
+    assert embedded.exit_code == 2 and "Chroma server" in embedded.output
+
+
+@pytest.mark.slow  # starts its own process (model load / a Chroma server)
+def test_epimem_serve_answers_http(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    server = ServerProcess.serve(env=clean_env(EPIMEM_DATA_DIR=str(tmp_path / "data")), log=log)
+    with server:
+        port = server.port
+        base = f"{server.url}/v1/groups/team"
+        added = httpx.post(
+            f"{base}/sessions/chat/messages",
+            json={"messages": [{"id": "1", "content": "Ana adopted a dog called Rex."}]},
+            headers={"x-request-id": "cli-test-1"},
+        )
+        assert added.status_code == 200 and added.headers["x-request-id"] == "cli-test-1"
+        assert httpx.post(f"{base}/sessions/chat/flush", timeout=60).json()["episodes"]
+    process = server.process
+    text = log.read_text()
+    assert "local mode" in text and f"127.0.0.1:{port}" in text
+    access = [json.loads(line) for line in text.splitlines() if line.startswith("{") and '"epimem.access"' in line]
+    assert any(line["request_id"] == "cli-test-1" and line["status"] == 200 for line in access)
+    assert "Rex" not in "\n".join(json.dumps(line) for line in access)  # message content is never logged
+    # SIGTERM: uvicorn shuts down cleanly, then re-raises the signal it captured.
+    assert process.returncode in (0, -15) and "Finished server process" in text, text[-2000:]

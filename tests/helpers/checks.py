@@ -1,0 +1,96 @@
+"""Checks of what the store holds, read through the service's public parts."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from chromadb.api import ClientAPI
+
+from api.facade import Epimem
+from memory.models import MessageState
+from memory.store.records import RecordFilter
+
+
+def assert_consistent(
+    service: Epimem, group_id: str, expected: Mapping[str, Mapping[str, str]], *, flushed: bool
+) -> None:
+    """The invariants of the write path, read straight from the store.
+
+    ``expected``: session -> message id -> content. Every message is stored once with its content;
+    no message is in two episodes; partition and group index hold the same episodes; every DONE
+    message points at a stored episode that lists it; after a flush every message is in exactly one
+    episode.
+    """
+    log, vectors = service.memory.store.log, service.memory.store.vectors
+    index_episodes = [r for r in vectors.records(group_id) if r.kind == "episode"]
+    sessions_with_vectors = {str(r.metadata["session_id"]) for r in index_episodes}
+    assert sessions_with_vectors <= set(expected), "episodes of a deleted or unknown session remain"
+    for session_id, messages in expected.items():
+        stored = log.list_messages(group_id, session_id)
+        ids = [s.message.id for s in stored]
+        assert len(ids) == len(set(ids)), "a message is stored twice"
+        assert {s.message.id: s.message.content for s in stored} == dict(messages), "lost or altered messages"
+        partition = [
+            r
+            for r in vectors.records(group_id, selection=RecordFilter(session_ids=(session_id,)))
+            if r.kind == "episode"
+        ]
+        in_index = sorted(r.id for r in index_episodes if r.metadata["session_id"] == session_id)
+        assert sorted(r.id for r in partition) == in_index, "partition and group index disagree"
+        sources: Counter[str] = Counter()
+        members: dict[str, set[str]] = {}
+        for record in partition:
+            source_ids = json.loads(record.metadata["source_ids"])
+            assert int(record.metadata["message_count"]) == len(source_ids)
+            sources.update(source_ids)
+            members[record.id] = set(source_ids)
+        twice = [mid for mid, count in sources.items() if count > 1]
+        assert not twice, f"messages in more than one episode: {twice[:5]}"
+        assert set(sources) <= set(messages), "an episode cites a message that does not exist"
+        for s in stored:
+            if s.state is MessageState.DONE:
+                assert s.episode_id in members and s.message.id in members[s.episode_id]
+        if flushed:
+            assert set(sources) == set(messages), f"messages in no episode: {sorted(set(messages) - set(sources))[:5]}"
+            assert all(s.state is MessageState.DONE for s in stored)
+
+
+def scan_client(
+    client: ClientAPI, needles: list[str], *, local: Sequence[str] = (), group_id: str = ""
+) -> list[tuple[str, str, str]]:
+    """Every (collection, record id, needle) where a needle appears in any collection of the client:
+    in its name or metadata, or in a record's id, document or metadata.
+
+    ``needles`` are unique to the test and looked for everywhere; ``local`` ones (ids such as
+    "s1-a-0" that other tests' groups on a shared server hold too) in every collection except
+    those that belong to another group."""
+    found: list[tuple[str, str, str]] = []
+    for listed in client.list_collections():
+        collection = client.get_collection(listed.name, embedding_function=None)
+        owner = (collection.metadata or {}).get("group_id")
+        mine = owner is None or owner == group_id
+        needles_here = list(needles) + (list(local) if mine else [])
+        header = f"{collection.name} {json.dumps(collection.metadata or {}, ensure_ascii=False)}"
+        found += [(collection.name, "", needle) for needle in needles_here if needle in header]
+        offset = 0
+        while True:
+            page = collection.get(include=["documents", "metadatas"], limit=1000, offset=offset)
+            for record_id, document, metadata in zip(
+                page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
+            ):
+                blob = f"{record_id} {document or ''} {json.dumps(metadata or {}, ensure_ascii=False)}"
+                found += [(collection.name, record_id, needle) for needle in needles_here if needle in blob]
+            if len(page["ids"]) < 1000:
+                break
+            offset += 1000
+    return found
+
+
+def cached_keyword_text(service: Epimem) -> str:
+    """Everything held by the searcher's BM25 cache, as one text."""
+    parts = []
+    for _version, index in service.searcher.keywords.entries.values():
+        parts += [f"{r.id} {r.document} {json.dumps(r.metadata, ensure_ascii=False)}" for r in index.records]
+    return "\n".join(parts)

@@ -1,0 +1,239 @@
+"""The documentation works as written: the site builds with ``mkdocs build --strict``, and every
+``bash`` and ``python`` example of README.md and docs/*.md runs, page by page and in order, in one
+temporary folder per page (the rules are in docs/development.md). A block preceded by
+``<!-- tested: tests/<folder>/<file>.py -->`` is run by that test instead; ``pip install`` lines are checked
+against pyproject.toml rather than run (no network in tests); ``json`` blocks must parse."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from helpers.paths import BIN, DOCS, ROOT
+from helpers.processes import clean_env
+from helpers.servers import ServerProcess, free_port
+
+from api.auth import KeyRing
+
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+TESTED = re.compile(r"<!-- tested: [^>]+-->\s*$")
+EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+
+
+@dataclass
+class Block:
+    language: str
+    code: str
+    tested_elsewhere: bool
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        found.append(Block(match.group(1), match.group(2), bool(TESTED.search(before))))
+    return found
+
+
+def env() -> dict[str, str]:
+    return clean_env(NO_MKDOCS_2_WARNING="1", PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def commands(code: str) -> list[str]:
+    return [line.split("  #")[0].strip() for line in code.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def is_install_line(line: str) -> bool:
+    return "pip install" in line or line.startswith("python3 -m venv")
+
+
+def check_install_line(line: str) -> None:
+    """A ``pip install`` names extras that exist and installs this project (``.``, ``-e .``) or a known package."""
+    for group in re.findall(r"(?:\.|epimem)\[([\w,-]+)\]", line):
+        assert set(group.split(",")) <= EXTRAS, f"{line!r}: unknown extra; pyproject has {sorted(EXTRAS)}"
+
+
+def is_server_block(code: str) -> bool:
+    lines = commands(code)
+    return bool(lines) and all(re.match(r"^(\.venv/bin/)?epimem serve\b", line) for line in lines)
+
+
+@dataclass
+class PageRun:
+    """One page's examples, run in order in ``folder``."""
+
+    page: Path
+    folder: Path
+    port: int = field(default_factory=free_port)
+    server: ServerProcess | None = None
+    pending_server: str | None = None  # a page's `epimem serve` block, started when a block first talks to it
+    namespace: dict[str, object] = field(default_factory=dict)
+    output: list[str] = field(default_factory=list)
+
+    def local(self, code: str) -> str:
+        code = code.replace("http://127.0.0.1:8000", f"http://127.0.0.1:{self.port}")
+        code = code.replace("localhost:8000", f"127.0.0.1:{self.port}")
+        return code.replace(".venv/bin/", f"{BIN}/")
+
+    def start_server(self, line: str) -> None:
+        line = self.local(line)
+        line = re.sub(r"--port \d+", f"--port {self.port}", line) if "--port" in line else f"{line} --port {self.port}"
+        log = self.folder / "serve.log"
+        self.server = ServerProcess(shlex.split(line), port=self.port, env=env(), log=log, cwd=self.folder)
+        self.server.start(timeout=240)
+
+    def ensure_server(self) -> None:
+        """The page's own `epimem serve` (on the page's folder), else one on a folder of its own."""
+        if self.server is None:
+            self.start_server(self.pending_server or "epimem serve --data-dir ./server-data")
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def bash(self, code: str) -> None:
+        lines = commands(code)
+        for line in lines:
+            if is_install_line(line):
+                check_install_line(line)
+        if all(is_install_line(line) for line in lines):
+            return
+        if is_server_block(code):
+            self.pending_server = lines[0]
+            return
+        if "localhost:8000" in code or "127.0.0.1:8000" in code:
+            self.ensure_server()
+        script = "\n".join(line for line in code.splitlines() if not is_install_line(line.strip()))
+        script = self.local(script).replace("curl -s ", "curl -sS --fail-with-body ")
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script], cwd=self.folder, env=env(), capture_output=True, text=True
+        )
+        assert result.returncode == 0, (
+            f"{self.page.name}: this bash example failed (a command to type by hand belongs in a console block; "
+            f"one run by another test gets <!-- tested: tests/<folder>/<file>.py -->):\n{script}\n"
+            f"{result.stdout[-2000:]}{result.stderr[-3000:]}"
+        )
+        self.output.append(result.stdout)
+
+    def python(self, code: str, capsys: pytest.CaptureFixture[str]) -> None:
+        if "127.0.0.1:8000" in code:
+            self.ensure_server()
+        exec(compile(self.local(code), f"{self.page.name} example", "exec"), self.namespace)
+        self.output.append(capsys.readouterr().out)
+
+
+@pytest.fixture
+def page_run(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PageRun]:
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    run = PageRun(page=request.param, folder=tmp_path)
+    try:
+        yield run
+    finally:
+        run.stop_server()
+
+
+RUNNABLE = [p for p in PAGES if any(b.language in ("bash", "python") and not b.tested_elsewhere for b in blocks(p))]
+
+# What the pages' own examples must show, beyond running without an error.
+SHOWS = {
+    "README.md": ["Rex", "Relevant memory", '"accepted":["3","4"]'],
+    "quickstart.md": ["Rex", "Relevant memory", '"accepted":["3","4"]'],
+    "http-api.md": ['"docs":"/docs"', '"accepted":["1","2"]'],
+    "cli.md": ["epimem-demo-1", "Rotterdam"],
+    "jsonl.md": ["team-a", "billing"],
+    "python.md": ["['1', '2', '3']", "vectors rebuilt with"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page_run", RUNNABLE, ids=[p.name for p in RUNNABLE], indirect=True)
+def test_page_examples_run_as_written(
+    page_run: PageRun, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(page_run.folder)
+    for block in blocks(page_run.page):
+        if block.tested_elsewhere:
+            continue
+        if block.language == "bash":
+            page_run.bash(block.code)
+        elif block.language == "python":
+            page_run.python(block.code, capsys)
+    printed = "\n".join(page_run.output)
+    for expected in SHOWS.get(page_run.page.name, []):
+        assert expected in printed, f"{page_run.page.name} did not show {expected!r}:\n{printed[-3000:]}"
+    if page_run.page.name in ("README.md", "quickstart.md"):
+        searches = re.findall(r'\{"hits":\[(.)', printed)
+        assert len(searches) == 2 and "]" not in searches, printed[-3000:]  # both searches find something
+
+
+def test_the_readme_quickstart_is_python_then_curl_on_one_folder() -> None:
+    readme = blocks(ROOT / "README.md")
+    python_at = next(i for i, b in enumerate(readme) if b.language == "python")
+    curl_at = next(i for i, b in enumerate(readme) if "curl" in b.code)
+    (serve,) = [b for b in readme if is_server_block(b.code)]
+    assert python_at < curl_at
+    assert 'data_dir="./data"' in readme[python_at].code and "--data-dir" not in serve.code  # serve uses ./data
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+def test_json_blocks_parse() -> None:
+    for page in PAGES:
+        for block in blocks(page):
+            if block.language != "json":
+                continue
+            try:
+                json.loads(block.code)
+            except json.JSONDecodeError:
+                for line in block.code.splitlines():  # JSON Lines
+                    if line.strip():
+                        json.loads(line)
+
+
+def test_the_key_file_example_is_valid(tmp_path: Path) -> None:
+    (example,) = [b.code for b in blocks(DOCS / "http-api.md") if b.language == "json" and '"keys"' in b.code]
+    path = tmp_path / "keys.json"
+    path.write_text(example)
+    ring = KeyRing.from_file(path)
+    assert ring.enabled
+    key = ring.find("a-long-random-secret-reader")
+    assert key is not None and key.covers("proj-x") and not key.covers("team-b")
+
+
+def test_install_lines_name_real_extras() -> None:
+    checked = 0
+    for page in PAGES:
+        for block in blocks(page):
+            for line in commands(block.code):
+                if "pip install" in line:
+                    check_install_line(line)
+                    checked += 1
+    assert checked >= 3
+    with pytest.raises(AssertionError, match="unknown extra"):
+        check_install_line("pip install -e '.[no-such-extra]'")
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(BIN / "mkdocs"), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
+    assert "from_settings" in reference and "EpimemClient" in reference  # the API reference came from docstrings
+    assert (tmp_path / "site" / "install" / "index.html").is_file()

@@ -1,0 +1,179 @@
+"""Deletion erases the bytes: after message, episode, session and group deletes on embedded Chroma,
+and after the service has stopped, no file under the data folder holds any deleted text, title or
+id (write log, free pages, full-text index, segment folders); nothing comes back after a restart;
+what was kept reads the same. ``epimem erase-residue`` does the same for a stopped ``chroma run``
+folder."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import chromadb
+import numpy as np
+import pytest
+from helpers.builders import T0, chat, two_episode_session
+from helpers.docs_blocks import blocks
+from helpers.paths import DOCS
+from helpers.servers import ChromaServer
+
+from api.facade import Epimem
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.store.connection import close_embedded
+from memory.store.erasure import residue_collections
+
+
+@pytest.fixture
+def make_embedded(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Callable[[], Epimem]]:
+    """Services on one embedded data folder (this is about embedded Chroma's files)."""
+    services: list[Epimem] = []
+
+    def make() -> Epimem:
+        services.append(Epimem.from_settings(Settings(data_dir=tmp_path / "data"), embedder=embedder))
+        return services[-1]
+
+    yield make
+    for service in services:
+        service.close()
+
+
+def _marker(tag: str) -> str:
+    return f"zq{tag}{uuid.uuid4().hex[:10]}"
+
+
+def scan_folder(folder: Path, needles: list[str]) -> list[tuple[str, str]]:
+    """(file, needle) for every needle whose UTF-8 bytes appear anywhere in any file under the folder."""
+    found = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        found += [(str(path.relative_to(folder)), n) for n in needles if n.encode() in data]
+    return found
+
+
+def _stop_engine(data_dir: Path) -> None:
+    """Stop the process's embedded engine on the folder, as a server shutdown would."""
+    assert close_embedded(data_dir)
+
+
+def _kept_view(service: Epimem, group_id: str) -> tuple[list, list, list]:
+    hits = service.search(group_id, "hiking trip with the dog and the pottery vase", k=5, session_ids=["keep"])
+    timeline = service.timeline(group_id, session_id="keep", limit=100).episodes
+    history = service.history(group_id, "keep")
+    return (
+        # ids, order and cosine; the fused score also weighs keyword statistics of the whole group
+        [(h.episode.uuid, round(h.components.vector, 5)) for h in hits],
+        [(e.uuid, e.title, e.content) for e in timeline],
+        [(m.id, m.content) for m in history],
+    )
+
+
+def test_deletes_leave_no_byte_in_the_data_folder(make_embedded: Callable[[], Epimem], tmp_path: Path) -> None:
+    service = make_embedded()
+    group, other = f"g-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4().hex[:8]}"
+    words = {tag: _marker(tag) for tag in ("msg", "epi", "ses", "grp")}
+    secret_id = f"secretid{uuid.uuid4().hex[:10]}"
+    two_episode_session(service, group, "keep", day=0)
+    first = chat("m", 3, start=T0, marker=words["msg"])
+    first[0]["id"] = secret_id
+    service.add_messages(group, "msgs", first)
+    service.flush(group, "msgs")
+    two_episode_session(service, group, "epis", day=2, marker=words["epi"])
+    session_id = f"sess{uuid.uuid4().hex[:10]}"
+    two_episode_session(service, group, session_id, day=4, marker=words["ses"])
+    two_episode_session(service, other, "s1", day=6, marker=words["grp"])
+    before = _kept_view(service, group)
+
+    doomed = [
+        e for e in service.timeline(group, session_id="epis", limit=50).episodes if "epis-a-0" in e.source_message_ids
+    ]
+    needles = [*words.values(), secret_id, session_id, other, doomed[0].uuid, doomed[0].title]
+    needles += [e.uuid for e in service.timeline(group, session_id=session_id, limit=50).episodes]
+    needles += [e.uuid for e in service.timeline(other, limit=50).episodes]
+    data_dir = tmp_path / "data"
+    assert {n for _, n in scan_folder(data_dir, needles)} == set(needles)  # all there before
+
+    service.delete_message(group, "msgs", secret_id)
+    service.delete_episode(group, "epis", doomed[0].uuid)
+    service.delete_session(group, session_id)
+    service.delete_group(other)
+    assert _kept_view(service, group) == before
+    service.close()
+    _stop_engine(data_dir)
+
+    assert scan_folder(data_dir, needles) == []
+    assert residue_collections(data_dir / "chroma") == []
+
+    again = make_embedded()
+    assert _kept_view(again, group) == before
+    assert other not in again.list_groups()
+    assert session_id not in [s.session_id for s in again.list_sessions(group)]
+    for word in words.values():
+        assert all(word not in h.episode.content for h in again.search(group, word, k=20))
+    assert secret_id not in [m.id for m in again.history(group, "msgs")]
+    assert again.memory.store.connection.erase() is not None  # a later erasure finds nothing to rebuild
+
+
+def _fill_server_folder(port: int, marker: str, keep: str) -> None:
+    client = chromadb.HttpClient(host="127.0.0.1", port=port)
+    rng = np.random.default_rng(1)
+    kept = client.get_or_create_collection("kept-coll", embedding_function=None, metadata={"hnsw:space": "cosine"})
+    kept.upsert(
+        ids=[f"k{i}" for i in range(30)],
+        embeddings=rng.random((30, 8)),
+        documents=[f"{keep} {i}" if i else f"{marker} doomed" for i in range(30)],
+        metadatas=[{"n": i, "tag": marker if i == 0 else "kept"} for i in range(30)],
+    )
+    kept.delete(ids=["k0"])
+    gone = client.get_or_create_collection("gone-coll", embedding_function=None)
+    gone.upsert(ids=[f"{marker}-id"], embeddings=rng.random((1, 8)), documents=[f"{marker} gone"])
+    client.delete_collection("gone-coll")
+
+
+def test_erase_residue_cleans_a_stopped_chroma_server_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "server"
+    marker, keep = _marker("srv"), _marker("keep")
+    server = ChromaServer(folder)
+    server.start()
+    try:
+        _fill_server_folder(server.port, marker, keep)
+    finally:
+        server.stop()
+    assert scan_folder(folder, [marker])  # today's residue: the server keeps the deleted text
+
+    erase = _documented_command(folder)
+    done = subprocess.run(erase, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "rebuilt" in done.stdout and "kept-coll" in done.stdout
+    assert scan_folder(folder, [marker]) == []
+
+    server = ChromaServer(folder)
+    server.start()
+    try:
+        client = chromadb.HttpClient(host="127.0.0.1", port=server.port)
+        kept = client.get_collection("kept-coll", embedding_function=None)
+        assert kept.count() == 29 and kept.metadata == {"hnsw:space": "cosine"}
+        got = kept.get(ids=["k5"], include=["documents", "metadatas"])
+        assert got["documents"] == [f"{keep} 5"] and got["metadatas"] == [{"n": 5, "tag": "kept"}]
+        assert [c.name for c in client.list_collections()] == ["kept-coll"]
+        assert len(kept.query(query_embeddings=[[0.5] * 8], n_results=5)["ids"][0]) == 5
+    finally:
+        server.stop()
+
+
+def _documented_command(folder: Path) -> list[str]:
+    """The erase-residue command of docs/trust.md, run on ``folder`` with this interpreter."""
+    block = blocks(__file__, "bash", DOCS / "trust.md")[0]
+    words = shlex.split(block.strip())
+    assert words[:3] == ["epimem", "erase-residue", "--chroma-path"] and len(words) == 4
+    return [sys.executable, "-m", "api.cli", *words[1:3], str(folder)]
+
+
+def test_erase_residue_refuses_a_folder_without_chroma(tmp_path: Path) -> None:
+    erase = [sys.executable, "-m", "api.cli", "erase-residue", "--chroma-path", str(tmp_path)]
+    done = subprocess.run(erase, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0 and "not a Chroma data folder" in done.stderr
