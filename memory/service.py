@@ -23,7 +23,8 @@ from datetime import datetime
 
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import NotFoundError
-from memory.ingest.ingestor import Ingestor, StageTimings
+from memory.ingest.ingestor import Ingestor
+from memory.ingest.timings import StageTimings
 from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.export_format import ExportContents

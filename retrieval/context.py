@@ -79,6 +79,36 @@ class _Piece:
         )
 
 
+class _LineCosts:
+    """(characters, wordpieces) of a piece's lines, from the cost of each of its lines, each line
+    priced once per build (a piece is priced again for every message tried in it)."""
+
+    def __init__(self, cost: Callable[[list[str]], tuple[int, int]], *, titles: bool) -> None:
+        self._cost = cost
+        self._titles = titles
+        self._gap = cost([GAP])
+        self._lines: dict[tuple[str, int], tuple[int, int]] = {}
+        self._headers: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def of(self, piece: _Piece) -> tuple[int, int]:
+        indices = sorted(piece.chosen)
+        uuid = piece.episode.uuid
+        key = (uuid, indices[0])
+        if key not in self._headers:
+            self._headers[key] = self._cost(
+                [piece_header(piece.episode, piece.messages[indices[0]], titles=self._titles)]
+            )
+        chars, wordpieces = self._headers[key]
+        for position, index in enumerate(indices):
+            if position and index != indices[position - 1] + 1:
+                chars, wordpieces = chars + self._gap[0], wordpieces + self._gap[1]
+            line = self._lines.get((uuid, index))
+            if line is None:
+                line = self._lines[(uuid, index)] = self._cost([message_line(piece.messages[index])])
+            chars, wordpieces = chars + line[0], wordpieces + line[1]
+        return chars, wordpieces
+
+
 class ContextBuilder:
     def __init__(
         self, *, searcher: Searcher, count_wordpieces: TokenCounter | None = None, policy: PackingPolicy | None = None
@@ -107,12 +137,13 @@ class ContextBuilder:
         candidates = self._searcher.candidates(group_id, query.query, query, depth=policy.depth)
         ranked = self._rank(group_id, candidates, query)
         chars, wordpieces = len(HEADER), self._line_wordpieces(HEADER)
+        costs = _LineCosts(self._cost, titles=policy.titles)
         chosen: dict[str, _Piece] = {}
         piece_cost: dict[str, tuple[int, int]] = {}
         for _score, piece, index in ranked:
             current = chosen.get(piece.episode.uuid)
             trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
-            cost = self._cost(trial.lines(titles=policy.titles))
+            cost = costs.of(trial)
             before = piece_cost.get(piece.episode.uuid, (0, 0))
             trial_chars, trial_wordpieces = chars + cost[0] - before[0], wordpieces + cost[1] - before[1]
             if self._tokens(trial_chars, trial_wordpieces) > query.token_budget:
@@ -124,9 +155,12 @@ class ContextBuilder:
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
         text = "\n".join([HEADER, *(line for piece in ordered for line in piece.lines(titles=policy.titles))])
-        tokens = self.count(text)
-        if tokens > query.token_budget:  # cannot happen: the running sums are the text's counts
-            raise AssertionError(f"context of {tokens} tokens exceeds the budget {query.token_budget}")
+        # The running sums are the text's counts (lines add up; tests compare them with count(text)).
+        tokens = self._tokens(chars, wordpieces)
+        if tokens > query.token_budget or chars != len(text):  # cannot happen
+            raise AssertionError(
+                f"context of {tokens} tokens ({len(text)} chars) against the budget {query.token_budget}"
+            )
         return ContextResult(text=text, citations=[piece.citation() for piece in ordered], tokens=tokens)
 
     def _rank(self, group_id: str, candidates: list[Candidate], query: ContextQuery) -> list[tuple[float, _Piece, int]]:

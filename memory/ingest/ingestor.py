@@ -14,13 +14,11 @@ ones are segmented again.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +27,7 @@ from memory.episodes.generation import EpisodeGenerator, GenerationJob, batch_ge
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
 from memory.errors import ConflictError, InvalidInputError
 from memory.ingest.coordination import Coordinator, LocalCoordinator
+from memory.ingest.timings import StageTimings
 from memory.ingest.writer import OrderedWriter
 from memory.locks import SessionLocks
 from memory.models import BoundaryReason, Episode, Message, MessageState, Segment, SessionInfo, StoredMessage
@@ -37,40 +36,11 @@ from memory.store.protocols import LogWriter, VectorWriter
 from memory.store.records import VectorRecord
 from memory.text import episode_embedding_text, message_line
 from memory.timeutil import utc_now
-from memory.tracing import span
 
 log = logging.getLogger("epimem.ingest")
 MessageVectors = dict[tuple[str, str, str], np.ndarray]  # (group, session, message id) -> vector
 # (group, session, message id) -> (the text embedded, its vector): vectors computed before formation
 Embedded = dict[tuple[str, str, str], tuple[str, np.ndarray]]
-
-
-@dataclass
-class StageTimings:
-    """Cumulative seconds per ingest stage (exported as metrics)."""
-
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    episodes_created: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def snapshot(self) -> StageTimings:
-        with self._lock:
-            return StageTimings(seconds=dict(self.seconds), episodes_created=self.episodes_created)
-
-    def count_episodes(self, count: int) -> None:
-        with self._lock:
-            self.episodes_created += count
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        """Seconds spent in a stage; stages run in the writer thread overlap those of the caller."""
-        started = time.perf_counter()
-        try:
-            with span(f"epimem.ingest.{name}"):
-                yield
-        finally:
-            with self._lock:
-                self.seconds[name] += time.perf_counter() - started
 
 
 class Ingestor:

@@ -24,10 +24,7 @@ from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.ingest.importers import LocomoSample, read_locomo
 
 sys.path.insert(0, str(c.ROOT / "tests"))
-try:  # the test helpers' home after the test reorganisation
-    from helpers.fake_openai import FakeOpenAI, Reply, default_responder
-except ImportError:  # before it
-    from tests.fake_openai import FakeOpenAI, Reply, default_responder  # type: ignore[no-redef]
+from helpers.fake_openai import FakeOpenAI, Reply, default_responder  # noqa: E402
 
 
 def load(quick: bool, samples: str) -> list[LocomoSample]:
