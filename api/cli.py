@@ -33,7 +33,7 @@ from api.cli_common import (
 )
 from api.cli_files import require_group
 from api.settings import Settings
-from api.startup import AnnouncingServer, StartupError, banner, check_before_loading, check_keys
+from api.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
 from retrieval.types import ContextQuery, Direction, Order, SearchQuery
 
 app = typer.Typer(
@@ -95,7 +95,7 @@ def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int
     announce = banner(host, port, str(settings.chroma_host or settings.data_dir))
     if workers == 1:
         config = uvicorn.Config(create_app(settings=settings), log_config=None, access_log=False, fd=sock.fileno())
-        AnnouncingServer(config, announce).run(sockets=[sock])
+        serve_announcing(config, sock, announce)
         return
     # Worker processes build their own app from the environment.
     os.environ["EPIMEM_DATA_DIR"] = str(settings.data_dir)

@@ -15,11 +15,24 @@ def missing_server_modules() -> list[str]:
     return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
 
 
+# jsonschema (imported by chromadb) imports these whenever they are installed (jupyterlab brings them), for
+# format checkers epimem never uses: rfc3987-syntax builds an RFC 3987 grammar at import (about 2 s on every
+# command), the others (arrow among them) cost ~60 ms more. Each is used by nothing else epimem runs.
+OPTIONAL_FORMAT_MODULES = (
+    "rfc3987_syntax",
+    "rfc3986_validator",
+    "rfc3339_validator",
+    "isoduration",
+    "uri_template",
+    "webcolors",
+    "fqdn",
+)
+
+
 def _skip_slow_optional_imports() -> None:
-    """jsonschema (imported by chromadb) imports rfc3987-syntax whenever it is installed (jupyterlab brings
-    it), and that builds an RFC 3987 grammar at import: about 2 s on every command, for a URI format epimem
-    never validates. Marking the module absent makes jsonschema skip that one format checker."""
-    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+    """Mark jsonschema's optional format modules absent: jsonschema then skips those format checkers."""
+    for name in OPTIONAL_FORMAT_MODULES:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
 
 
 def main() -> None:

@@ -13,13 +13,15 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
-import uvicorn
+from typing import TYPE_CHECKING
 
 from api.auth import KeyRing
 from api.settings import Settings
 from memory.errors import EpimemError
 from memory.store.folder_lock import lock_folder
+
+if TYPE_CHECKING:  # uvicorn loads only for `serve`: the other commands start faster without it
+    import uvicorn
 
 
 class StartupError(Exception):
@@ -83,18 +85,18 @@ def check_before_loading(settings: Settings, *, host: str, port: int) -> tuple[K
     return keys, bind_port(host, port)
 
 
-class AnnouncingServer(uvicorn.Server):
-    """A uvicorn server that calls ``announce`` once it is actually listening (after the lifespan,
-    i.e. after the model has loaded and the store has opened)."""
+def serve_announcing(config: uvicorn.Config, sock: socket.socket, announce: Callable[[], None]) -> None:
+    """Run a uvicorn server on ``sock`` that calls ``announce`` once it is actually listening (after
+    the lifespan, i.e. after the model has loaded and the store has opened)."""
+    import uvicorn
 
-    def __init__(self, config: uvicorn.Config, announce: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._announce = announce
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and not self.should_exit:
+                announce()
 
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started and not self.should_exit:
-            self._announce()
+    AnnouncingServer(config).run(sockets=[sock])
 
 
 def banner(host: str, port: int, where: str) -> Callable[[], None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -134,8 +134,20 @@ def batch_generate_episodes(
     inconsistent episode gets that job replaced by an offline fallback episode; the other
     jobs are unaffected. (LLM generators already fall back on LLM errors themselves.)
     """
+    return list(generate_episodes(generator, jobs, concurrency=concurrency, timestamp_margin=timestamp_margin))
+
+
+def generate_episodes(
+    generator: EpisodeGenerator,
+    jobs: Sequence[GenerationJob],
+    *,
+    concurrency: int = 1,
+    timestamp_margin: timedelta | None = None,
+) -> Iterator[Episode]:
+    """``batch_generate_episodes`` one episode at a time, in job order, each as soon as it and those
+    before it are done (the caller can use the first while the later ones are generated)."""
     if not jobs:
-        return []
+        return
 
     def run(job: GenerationJob) -> Episode:
         try:
@@ -159,9 +171,10 @@ def batch_generate_episodes(
         return episode
 
     if concurrency <= 1 or len(jobs) == 1:
-        return [run(job) for job in jobs]
+        yield from (run(job) for job in jobs)
+        return
     with ThreadPoolExecutor(max_workers=min(concurrency, len(jobs)), thread_name_prefix="epimem-gen") as pool:
-        return list(pool.map(run, jobs))
+        yield from pool.map(run, jobs)
 
 
 def _fallback(job: GenerationJob) -> Episode:

@@ -23,7 +23,13 @@ from contextlib import contextmanager
 import numpy as np
 
 from memory.embedding.embedder import Embedder
-from memory.episodes.generation import EpisodeGenerator, GenerationJob, batch_generate_episodes, episode_id_for
+from memory.episodes.generation import (
+    EpisodeGenerator,
+    GenerationJob,
+    batch_generate_episodes,
+    episode_id_for,
+    generate_episodes,
+)
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
 from memory.errors import ConflictError, InvalidInputError
 from memory.ingest.coordination import Coordinator, LocalCoordinator
@@ -307,9 +313,7 @@ class Ingestor:
         self, jobs: list[GenerationJob], message_vectors: MessageVectors, writer: OrderedWriter
     ) -> list[Episode]:
         """Steps 2 and 3: generate, embed and write the episodes, then mark their messages done.
-        The message vectors are written while the episodes are embedded."""
-        with self.timings.stage("generation"):
-            episodes = batch_generate_episodes(self._generator, jobs, concurrency=self._generation_concurrency)
+        The message vectors are written while the episodes are generated and embedded."""
         missing = [
             (job.group_id, job.session_id, m)
             for job in jobs
@@ -338,8 +342,7 @@ class Ingestor:
                 done[job.group_id].append(stored)
         partitions = sorted({(job.group_id, job.session_id) for job in jobs})
         writer.submit(lambda: self._write_vectors(partitions, messages))
-        with self.timings.stage("embedding"):
-            episode_vectors = self._embedder.embed_batch([episode_embedding_text(e) for e in episodes])
+        episodes, episode_vectors = self._generate_and_embed(jobs)
         records: dict[str, dict[str, list[VectorRecord]]] = defaultdict(lambda: defaultdict(list))
         for job, episode, vector in zip(jobs, episodes, episode_vectors, strict=True):
             records[job.group_id][job.session_id].append(VectorRecord.of_episode(episode, vector))
@@ -349,6 +352,27 @@ class Ingestor:
         self.timings.count_episodes(len(episodes))
         log.info("formed %d episodes", len(episodes))
         return episodes
+
+    def _generate_and_embed(self, jobs: list[GenerationJob]) -> tuple[list[Episode], list[np.ndarray]]:
+        """The jobs' episodes and their vectors. Offline, generation is instant: one embedding call for
+        all. With an LLM (concurrency > 1) the calls wait on the network, so the episodes already back
+        are embedded, a wave of ``concurrency`` at a time, while the later ones are awaited."""
+        concurrency = self._generation_concurrency
+        episodes: list[Episode] = []
+        vectors: list[np.ndarray] = []
+        if concurrency <= 1:
+            with self.timings.stage("generation"):
+                episodes = batch_generate_episodes(self._generator, jobs)
+            with self.timings.stage("embedding"):
+                return episodes, list(self._embedder.embed_batch([episode_embedding_text(e) for e in episodes]))
+        with self.timings.stage("generation"):  # its seconds include the embedding done meanwhile
+            for episode in generate_episodes(self._generator, jobs, concurrency=concurrency):
+                episodes.append(episode)
+                if len(episodes) - len(vectors) >= concurrency or len(episodes) == len(jobs):
+                    with self.timings.stage("embedding"):
+                        ready = [episode_embedding_text(e) for e in episodes[len(vectors) :]]
+                        vectors += list(self._embedder.embed_batch(ready))
+        return episodes, vectors
 
     def _write_vectors(
         self, partitions: list[tuple[str, str]], records: Mapping[str, Mapping[str, list[VectorRecord]]]

@@ -40,7 +40,10 @@ from memory.store.versions import Version
 if TYPE_CHECKING:
     from memory.store.collections import Collections
 
-PAGE = 5000  # records per read (memory.store.collections.PAGE)
+# Records per read. Chroma keeps much of what one large read allocated: a group index of 20,000 records read
+# in pages of 5,000 left the process 312 MB larger after the pages were freed, in pages of 1,000 90 MB
+# (partitions.py data, docs/benchmarks-speed.md); the first search's peak fell from 1,013 to 825 MB.
+PAGE = 1000
 
 KINDS = ("episode", "summary", "message")
 KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}

@@ -138,7 +138,8 @@ def test_commands_that_need_no_model_do_not_load_it(tmp_path: Path, embedder: Se
 
     def floor() -> float:  # interpreter start and the CLI's imports alone, on this machine now
         started = time.monotonic()
-        imported = subprocess.run([sys.executable, "-c", "import api.cli"], env=clean_env(), capture_output=True)
+        imports = "import api.entry; api.entry._skip_slow_optional_imports(); import api.cli"  # as `epimem` does
+        imported = subprocess.run([sys.executable, "-c", imports], env=clean_env(), capture_output=True)
         assert imported.returncode == 0
         return time.monotonic() - started
 
@@ -156,6 +157,20 @@ def test_commands_that_need_no_model_do_not_load_it(tmp_path: Path, embedder: Se
     searched = epimem("search", "team", "dog", "--data-dir", str(data), "--json")
     assert searched.returncode == 0 and "Rex" in searched.stdout  # the model loads when a query is embedded
     assert "loading the embedding model" in searched.stderr  # and says so
+
+
+def test_commands_that_need_no_model_import_neither_model_nor_web_server(tmp_path: Path) -> None:
+    """What makes ``stats`` fast: torch, sentence-transformers and uvicorn are never imported."""
+    probe = (
+        "import sys\n"
+        "from api.entry import main\n"
+        f"sys.argv = ['epimem', 'stats', '--data-dir', {str(tmp_path / 'data')!r}]\n"
+        "try:\n    main()\nexcept SystemExit as done:\n    assert not done.code, done.code\n"
+        "print(sorted(m for m in ('torch', 'sentence_transformers', 'uvicorn', 'arrow') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], env=clean_env(), capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
 
 
 def test_lazy_embedder_knows_the_model_id_without_loading(embedder: SentenceTransformerEmbedder) -> None:
