@@ -17,7 +17,8 @@ import numpy as np
 from memory.store.records import VectorRecord
 
 if TYPE_CHECKING:
-    from memory.store.snapshots import GroupSnapshot, SnapshotCache
+    from memory.store.group_snapshot import GroupSnapshot
+    from memory.store.snapshots import SnapshotCache
 
 _STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from memory.embedding.embedder import Embedder
 from memory.models import Episode, Message
+from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
 from memory.store.protocols import LogReader, VectorReader
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord, message_record_id
-from memory.store.snapshots import KIND_CODE, GroupSnapshot
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.keyword import KeywordCache, KeywordIndex

@@ -31,7 +31,8 @@ from memory.episodes.generation import (
     generate_episodes,
 )
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
-from memory.errors import ConflictError, InvalidInputError
+from memory.errors import ConflictError
+from memory.ingest.batches import resumed_jobs, same_message, unique_ids
 from memory.ingest.coordination import Coordinator, LocalCoordinator
 from memory.ingest.timings import StageTimings
 from memory.ingest.writer import OrderedWriter
@@ -88,10 +89,10 @@ class Ingestor:
     def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
         """Store messages durably. Idempotent by id: the same id and content again is a duplicate,
         the same id with other content is a conflict (and nothing of the batch is written)."""
-        ids = _unique_ids(messages)
+        ids = unique_ids(messages)
         with self._add_locks.hold([(group_id, session_id)]), self.timings.stage("store_messages"):
             existing = self._log.get_messages(group_id, session_id, ids)
-            conflicts = [m.id for m in messages if m.id in existing and not _same_message(existing[m.id].message, m)]
+            conflicts = [m.id for m in messages if m.id in existing and not same_message(existing[m.id].message, m)]
             if conflicts:
                 raise ConflictError("message ids already exist with different content", details={"ids": conflicts[:20]})
             new = [m for m in messages if m.id not in existing]
@@ -112,7 +113,7 @@ class Ingestor:
             if new and self._coordinator.distributed:
                 # Another server may have inserted the same id first, with other content.
                 stored = self._log.get_messages(group_id, session_id, [m.id for m in new])
-                lost = [m.id for m in new if m.id not in stored or not _same_message(stored[m.id].message, m)]
+                lost = [m.id for m in new if m.id not in stored or not same_message(stored[m.id].message, m)]
                 if lost:
                     raise ConflictError(
                         "a concurrent request stored these message ids first, with different content",
@@ -127,7 +128,7 @@ class Ingestor:
         """``add_messages`` for several sessions of one group at once: one read of the group's
         sessions, one write of the new session records, one write of every new message."""
         for messages in sessions.values():
-            _unique_ids(messages)
+            unique_ids(messages)
         keys = [(group_id, session_id) for session_id in sessions]
         with self._add_locks.hold(keys), self.timings.stage("store_messages"):
             known = {info.session_id for info in self._log.list_sessions(group_id)}
@@ -136,9 +137,7 @@ class Ingestor:
             received = utc_now()
             for session_id, messages in sessions.items():
                 existing = self._log.get_messages(group_id, session_id, [m.id for m in messages])
-                conflicts = [
-                    m.id for m in messages if m.id in existing and not _same_message(existing[m.id].message, m)
-                ]
+                conflicts = [m.id for m in messages if m.id in existing and not same_message(existing[m.id].message, m)]
                 if conflicts:
                     raise ConflictError(
                         "message ids already exist with different content", details={"ids": conflicts[:20]}
@@ -167,7 +166,7 @@ class Ingestor:
                     lost = [
                         s.message.id
                         for s in items
-                        if s.message.id not in found or not _same_message(found[s.message.id].message, s.message)
+                        if s.message.id not in found or not same_message(found[s.message.id].message, s.message)
                     ]
                     if lost:
                         raise ConflictError(
@@ -248,7 +247,7 @@ class Ingestor:
         """The session's jobs: those planned before a crash, then the new segments of its pending
         messages; their message vectors; the step-1 records to write for the new ones."""
         unfinished = self._log.list_messages(group_id, session_id, states=[MessageState.PENDING, MessageState.FORMING])
-        resumed = _resumed_jobs(group_id, session_id, unfinished)
+        resumed = resumed_jobs(group_id, session_id, unfinished)
         pending = [s.message for s in unfinished if s.state is MessageState.PENDING]
         if not pending:
             return resumed, {}, []
@@ -406,38 +405,3 @@ class Ingestor:
 
 
 WRITE_BATCH = 4000  # records per store write
-
-
-def _unique_ids(messages: Sequence[Message]) -> list[str]:
-    ids = [message.id for message in messages]
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        repeated = sorted({i for i in ids if i in seen or seen.add(i)})  # type: ignore[func-returns-value]
-        raise InvalidInputError("message ids repeat within the batch", details={"ids": repeated[:20]})
-    return ids
-
-
-def _same_message(a: Message, b: Message) -> bool:
-    """Whether ``b`` (arriving) repeats ``a`` (stored). A message sent without a timestamp is stamped
-    by the server on arrival, so a retry of it compares everything but the timestamp."""
-    stamped = "timestamp" not in b.model_fields_set
-    return (a.content, a.role, a.producer_id, a.produced_for_id) == (
-        b.content,
-        b.role,
-        b.producer_id,
-        b.produced_for_id,
-    ) and (stamped or a.timestamp == b.timestamp)
-
-
-def _resumed_jobs(group_id: str, session_id: str, unfinished: list[StoredMessage]) -> list[GenerationJob]:
-    """Segments planned before a crash (messages in FORMING state), rebuilt exactly."""
-    groups: dict[str, list[StoredMessage]] = defaultdict(list)
-    for stored in unfinished:
-        if stored.state is MessageState.FORMING and stored.episode_id:
-            groups[stored.episode_id].append(stored)
-    jobs = []
-    for episode_id, items in groups.items():
-        reason = items[0].boundary_reason or BoundaryReason.FLUSH
-        segment = Segment(messages=tuple(s.message for s in items), boundary_reason=reason)
-        jobs.append(GenerationJob(segment, group_id, session_id, episode_id))
-    return jobs

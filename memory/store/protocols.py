@@ -14,7 +14,7 @@ from memory.receipts import DeletionReceipt
 from memory.store.records import RecordFilter, VectorHit, VectorRecord
 
 if TYPE_CHECKING:
-    from memory.store.snapshots import GroupSnapshot
+    from memory.store.group_snapshot import GroupSnapshot
 
 Row = tuple[str, str, dict[str, Any]]  # a log record: id, document, metadata
 Ids = Sequence[str] | None  # record ids (None: every record the selection admits)

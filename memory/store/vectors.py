@@ -13,9 +13,10 @@ from memory.models import Episode
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.collections import PAGE, Collections
+from memory.store.group_snapshot import GroupSnapshot
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
-from memory.store.snapshots import GroupSnapshot, SnapshotCache
+from memory.store.snapshots import SnapshotCache
 
 WRITE_BATCH = 4000  # records per Chroma write (its embedded limit is a little over 5,000)
 

@@ -1,0 +1,192 @@
+"""One group's read snapshot: the columns of every record of its index, and (when "full") the records'
+metadata, vectors, unit vectors and the group's messages (memory.store.snapshots keeps them, per version)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memory.models import Episode, GroupConfiguration, Message, SessionInfo
+from memory.store import codec
+from memory.store.records import VectorRecord
+from memory.store.versions import Version
+
+KINDS = ("episode", "summary", "message")
+KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
+OTHER_KIND = len(KINDS)
+
+
+@dataclass(eq=False)
+class GroupSnapshot:
+    group_id: str
+    version: Version
+    ids: list[str]
+    positions: dict[str, int]
+    documents: list[str]
+    kinds: np.ndarray  # int8 codes (KINDS, OTHER_KIND)
+    session_codes: np.ndarray  # int32, into session_names
+    session_names: list[str]
+    timestamps: np.ndarray  # float64 epoch seconds
+    episode_ids: list[str]
+    message_ids: list[str]
+    producers: list[str]
+    produced_for: list[str]
+    titles: list[str]
+    config: GroupConfiguration | None
+    sessions: list[SessionInfo]
+    full: bool = False
+    metadatas: list[dict[str, Any]] | None = None
+    vectors: np.ndarray | None = None  # float32 (records x dimension), as stored
+    directions: np.ndarray | None = None  # each vector / float(np.linalg.norm(vector)): the read path's unit()
+    messages: dict[str, Message] | None = None  # message record id -> message (full only)
+    nbytes: int = 0
+    built_s: float = 0.0
+    _episodes: dict[str, Episode] = field(default_factory=dict)
+    _derived: dict[str, Any] = field(default_factory=dict)
+    _derived_bytes: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def session_index(self) -> dict[str, int]:
+        return self.derived("session-index", lambda: {name: code for code, name in enumerate(self.session_names)})
+
+    def record(self, position: int) -> VectorRecord:
+        """The record at a position: its stored metadata when full, else the metadata the columns hold."""
+        if self.metadatas is not None:
+            metadata = self.metadatas[position]
+        else:
+            kind = int(self.kinds[position])
+            metadata = {
+                "kind": KINDS[kind] if kind < OTHER_KIND else "",
+                "group_id": self.group_id,
+                "session_id": self.session_names[int(self.session_codes[position])],
+                "episode_id": self.episode_ids[position],
+                "ts": float(self.timestamps[position]),
+            }
+            for key, value in (
+                ("message_id", self.message_ids[position]),
+                ("producer_id", self.producers[position]),
+                ("produced_for_id", self.produced_for[position]),
+                ("title", self.titles[position]),
+            ):
+                if value:
+                    metadata[key] = value
+        return VectorRecord(self.ids[position], self.documents[position], metadata)
+
+    def record_by_id(self, record_id: str) -> VectorRecord | None:
+        position = self.positions.get(record_id)
+        return None if position is None else self.record(position)
+
+    def episode(self, record_id: str) -> Episode | None:
+        """The episode or summary of a record id (full snapshots only; parsed once)."""
+        cached = self._episodes.get(record_id)
+        if cached is not None:
+            return cached
+        position = self.positions.get(record_id)
+        if position is None or self.metadatas is None or int(self.kinds[position]) > KIND_CODE["summary"]:
+            return None
+        episode = codec.episode_from_record(self.documents[position], self.metadatas[position])
+        self._episodes[record_id] = episode
+        return episode
+
+    def vector(self, record_id: str) -> np.ndarray | None:
+        position = self.positions.get(record_id)
+        return None if position is None or self.vectors is None else self.vectors[position]
+
+    def direction(self, record_id: str) -> np.ndarray | None:
+        """The record's unit vector, computed as ``vector / float(norm(vector))`` (the read path's rule)."""
+        position = self.positions.get(record_id)
+        return None if position is None or self.directions is None else self.directions[position]
+
+    def derived(self, key: str, build: Callable[[], Any], size: Callable[[Any], int] | None = None) -> Any:
+        """A structure built from this snapshot once (the read path's keyword index, names...), kept
+        with it and counted in its size."""
+        found = self._derived.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._derived.get(key)
+            if found is None:
+                found = build()
+                self._derived[key] = found
+                self._derived_bytes[key] = size(found) if size is not None else 0
+        return found
+
+    def has(self, key: str) -> bool:
+        return key in self._derived
+
+    @property
+    def total_bytes(self) -> int:
+        return self.nbytes + sum(self._derived_bytes.values())
+
+
+def columns_snapshot(
+    group_id: str, version: Version, ids: list[str], documents: list[str], metadatas: list[dict[str, Any]]
+) -> GroupSnapshot:
+    session_index: dict[str, int] = {}
+    interned: dict[str, str] = {}
+
+    def intern(value: Any) -> str:
+        text = "" if value is None else str(value)
+        return interned.setdefault(text, text)
+
+    codes = np.empty(len(ids), dtype=np.int32)
+    kinds = np.empty(len(ids), dtype=np.int8)
+    times = np.empty(len(ids), dtype=np.float64)
+    episode_ids, message_ids, producers, produced_for, titles = [], [], [], [], []
+    for position, (record_id, metadata) in enumerate(zip(ids, metadatas, strict=True)):
+        session = str(metadata.get("session_id", ""))
+        codes[position] = session_index.setdefault(session, len(session_index))
+        kinds[position] = KIND_CODE.get(str(metadata.get("kind", "")), OTHER_KIND)
+        times[position] = float(metadata.get("ts", 0.0))
+        episode_ids.append(str(metadata.get("episode_id", record_id)))
+        message_ids.append(str(metadata.get("message_id", "")))
+        producers.append(intern(metadata.get("producer_id") or ""))
+        produced_for.append(intern(metadata.get("produced_for_id") or ""))
+        titles.append(str(metadata.get("title", "")))
+    return GroupSnapshot(
+        group_id=group_id,
+        version=version,
+        ids=ids,
+        positions={record_id: position for position, record_id in enumerate(ids)},
+        documents=documents,
+        kinds=kinds,
+        session_codes=codes,
+        session_names=list(session_index),
+        timestamps=times,
+        episode_ids=episode_ids,
+        message_ids=message_ids,
+        producers=producers,
+        produced_for=produced_for,
+        titles=titles,
+        config=None,
+        sessions=[],
+    )
+
+
+def estimate_bytes(snapshot: GroupSnapshot) -> int:
+    """Bytes held, estimated: strings by length, dictionaries by entries, arrays exactly."""
+    strings = sum(len(text) + 56 for column in (snapshot.ids, snapshot.documents) for text in column)
+    strings += 8 * 6 * len(snapshot)  # list slots of the other columns (their strings are shared or short)
+    strings += sum(len(text) + 56 for text in snapshot.message_ids if text)
+    strings += sum(len(text) + 56 for text in snapshot.titles if text)
+    arrays = snapshot.kinds.nbytes + snapshot.session_codes.nbytes + snapshot.timestamps.nbytes
+    positions = sys.getsizeof(snapshot.positions)
+    full = 0
+    if snapshot.metadatas is not None:
+        full += sum(
+            232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values()) for metadata in snapshot.metadatas
+        )
+    if snapshot.vectors is not None:
+        full += 2 * snapshot.vectors.nbytes
+    if snapshot.messages:
+        full += sum(600 + 2 * len(message.content) for message in snapshot.messages.values())
+    return strings + arrays + positions + full
