@@ -56,15 +56,7 @@ class VectorStore(StorePart):
         """Write to the partition first, then the group index (both idempotent by id)."""
         if not records:
             return
-        embeddings = [record.embedding for record in records if record.embedding is not None]
-        if len(embeddings) != len(records):
-            raise ValueError("every vector record needs its embedding")
-        columns = {
-            "ids": [record.id for record in records],
-            "embeddings": np.stack(embeddings),
-            "documents": [record.document for record in records],
-            "metadatas": cast(Any, [record.metadata for record in records]),
-        }
+        columns = _columns(records)
         for collection in self._both(group_id, session_id, create=True):
             collection.upsert(**columns)
         versions.changed(self._collections, group_id)
