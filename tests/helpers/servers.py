@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import uvicorn
@@ -30,7 +30,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class AppServer:
+class _StartedInWith:
+    """``with server:`` starts it (stopping what a failed start left behind) and stops it at the end."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class AppServer(_StartedInWith):
     """The epimem app on a real uvicorn server in a thread (what `epimem serve` runs), on a free port.
 
     Started (``start()`` or ``with``), it listens and the app's startup recovery has finished: the recovery forms
@@ -64,18 +84,8 @@ class AppServer:
         if self.thread.ident is not None:  # started
             self.thread.join(timeout=30)
 
-    def __enter__(self) -> AppServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class ServerProcess:
+class ServerProcess(_StartedInWith):
     """An epimem server as a real process answering on 127.0.0.1 (``command`` serves on ``port``); started, it
     answers ``/readyz``."""
 
@@ -146,16 +156,6 @@ class ServerProcess:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
-
-    def __enter__(self) -> ServerProcess:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def chroma_executable() -> str:
