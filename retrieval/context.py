@@ -1,9 +1,12 @@
 """Token-budgeted, cited context for RAG prompts.
 
-The context is made of pieces, one per episode: a header with the episode's absolute date (and
-title), then the exact source messages of that episode that earned their place, in order, with
-"…" where turns are left out. Messages of the best episodes are scored as retrieval.scoring says
-(the message's own match, its episode's, its neighbour's, the speakers and times the query names).
+The context is made of pieces, one per episode: the exact source messages of that episode that
+earned their place, in order, with "…" where turns are left out. Each day's pieces come under one
+date line ("[8 May 2023]"; pieces of one day are parted by a "…" line). Without ``day_headers``, or
+with ``titles``, every piece has its own header instead: its first message's date and time (and the
+episode's title). Date lines leave more of the budget to messages.
+Messages are scored as retrieval.scoring says (the message's own match, its episode's, its
+neighbour's, the speakers and times the query names).
 
 Messages are packed greedily in that order while they fit; pieces are then printed in
 chronological order. A piece cites exactly the messages whose text it contains.
@@ -19,12 +22,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from memory.models import Episode, Message
 from memory.text import message_line
-from memory.timeutil import format_date
+from memory.timeutil import format_date, to_utc
 from memory.tracing import read_attributes, traced
 from retrieval.names import named_in
 from retrieval.scoring import ScoringPolicy, score_messages
@@ -40,7 +45,8 @@ GAP = "…"
 class PackingPolicy(ScoringPolicy):
     """How candidates become context: the message score's weights, and whether headers carry titles."""
 
-    titles: bool = False  # print the episode title in each piece's header
+    day_headers: bool = True  # one date line per day (else a header per piece, with its time)
+    titles: bool = False  # a header per piece, with the episode's title
 
 
 def named_speakers(query: str, messages: Iterable[Message], names: dict[str, set[str]] | None = None) -> set[str]:
@@ -54,15 +60,29 @@ def piece_header(episode: Episode, first: Message, *, titles: bool) -> str:
     return f"[{date}] {episode.title}" if titles else f"[{date}]"
 
 
+def day_header(moment: datetime) -> str:
+    """The date line of a day's pieces: '[8 May 2023]' (UTC, as the rest of the context)."""
+    moment = to_utc(moment)
+    return f"[{moment.day} {moment:%B %Y}]"
+
+
 @dataclass
 class _Piece:
     episode: Episode
     messages: list[Message]  # all source messages of the episode, in order
     chosen: set[int]
 
+    @property
+    def first(self) -> Message:
+        return self.messages[min(self.chosen)]
+
     def lines(self, *, titles: bool) -> list[str]:
+        return [piece_header(self.episode, self.first, titles=titles), *self.body()]
+
+    def body(self) -> list[str]:
+        """The chosen messages' lines, with a gap line where turns are left out."""
         indices = sorted(self.chosen)
-        lines = [piece_header(self.episode, self.messages[indices[0]], titles=titles)]
+        lines: list[str] = []
         for position, index in enumerate(indices):
             if position and index != indices[position - 1] + 1:
                 lines.append(GAP)
@@ -83,9 +103,10 @@ class _LineCosts:
     """(characters, wordpieces) of a piece's lines, from the cost of each of its lines, each line
     priced once per build (a piece is priced again for every message tried in it)."""
 
-    def __init__(self, cost: Callable[[list[str]], tuple[int, int]], *, titles: bool) -> None:
+    def __init__(self, cost: Callable[[list[str]], tuple[int, int]], *, titles: bool, headers: bool) -> None:
         self._cost = cost
         self._titles = titles
+        self._with_headers = headers  # False: the body only (day lines are priced by the builder)
         self._gap = cost([GAP])
         self._lines: dict[tuple[str, int], tuple[int, int]] = {}
         self._headers: dict[tuple[str, int], tuple[int, int]] = {}
@@ -93,12 +114,12 @@ class _LineCosts:
     def of(self, piece: _Piece) -> tuple[int, int]:
         indices = sorted(piece.chosen)
         uuid = piece.episode.uuid
-        key = (uuid, indices[0])
-        if key not in self._headers:
-            self._headers[key] = self._cost(
-                [piece_header(piece.episode, piece.messages[indices[0]], titles=self._titles)]
-            )
-        chars, wordpieces = self._headers[key]
+        chars, wordpieces = 0, 0
+        if self._with_headers:
+            key = (uuid, indices[0])
+            if key not in self._headers:
+                self._headers[key] = self._cost([piece_header(piece.episode, piece.first, titles=self._titles)])
+            chars, wordpieces = self._headers[key]
         for position, index in enumerate(indices):
             if position and index != indices[position - 1] + 1:
                 chars, wordpieces = chars + self._gap[0], wordpieces + self._gap[1]
@@ -134,27 +155,43 @@ class ContextBuilder:
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy
         query = self._searcher.resolve_names(group_id, query, policy)
-        candidates = self._searcher.candidates(group_id, query.query, query, depth=policy.depth)
+        # Scoring the whole group's messages needs no candidate ranking (one vector query less).
+        whole_group = policy.select == "group" and self._searcher.group_rows(group_id, fresh=True) is not None
+        candidates = [] if whole_group else self._searcher.candidates(group_id, query.query, query, depth=policy.depth)
         ranked = self._rank(group_id, candidates, query)
+        days = policy.day_headers and not policy.titles
         chars, wordpieces = len(HEADER), self._line_wordpieces(HEADER)
-        costs = _LineCosts(self._cost, titles=policy.titles)
+        costs = _LineCosts(self._cost, titles=policy.titles, headers=not days)
         chosen: dict[str, _Piece] = {}
         piece_cost: dict[str, tuple[int, int]] = {}
+        day_of: dict[str, str] = {}  # piece -> its date line (day headers)
+        per_day: Counter[str] = Counter()  # date line -> pieces under it
         for _score, piece, index in ranked:
-            current = chosen.get(piece.episode.uuid)
+            uuid = piece.episode.uuid
+            current = chosen.get(uuid)
             trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
             cost = costs.of(trial)
-            before = piece_cost.get(piece.episode.uuid, (0, 0))
+            before = piece_cost.get(uuid, (0, 0))
             trial_chars, trial_wordpieces = chars + cost[0] - before[0], wordpieces + cost[1] - before[1]
+            day = day_header(trial.first.timestamp) if days else ""
+            moves = days and day != day_of.get(uuid)
+            if moves:  # the piece opens (or moves to) a day: a date line or a gap line comes or goes
+                extra = self._day_change(per_day, day_of.get(uuid), day)
+                trial_chars, trial_wordpieces = trial_chars + extra[0], trial_wordpieces + extra[1]
             if self._tokens(trial_chars, trial_wordpieces) > query.token_budget:
                 continue
-            chosen[piece.episode.uuid] = trial
-            piece_cost[piece.episode.uuid] = cost
+            if moves:
+                if uuid in day_of:
+                    per_day[day_of[uuid]] -= 1
+                per_day[day] += 1
+                day_of[uuid] = day
+            chosen[uuid] = trial
+            piece_cost[uuid] = cost
             chars, wordpieces = trial_chars, trial_wordpieces
-        ordered = sorted(chosen.values(), key=lambda p: (p.messages[min(p.chosen)].timestamp, p.episode.uuid))
+        ordered = sorted(chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
-        text = "\n".join([HEADER, *(line for piece in ordered for line in piece.lines(titles=policy.titles))])
+        text = "\n".join([HEADER, *self._lines(ordered, days=days)])
         # The running sums are the text's counts (lines add up; tests compare them with count(text)).
         tokens = self._tokens(chars, wordpieces)
         if tokens > query.token_budget or chars != len(text):  # cannot happen
@@ -163,11 +200,31 @@ class ContextBuilder:
             )
         return ContextResult(text=text, citations=[piece.citation() for piece in ordered], tokens=tokens)
 
+    def _lines(self, ordered: list[_Piece], *, days: bool) -> list[str]:
+        if not days:
+            return [line for piece in ordered for line in piece.lines(titles=self.policy.titles)]
+        lines: list[str] = []
+        last = None
+        for piece in ordered:
+            day = day_header(piece.first.timestamp)
+            lines += [day if day != last else GAP, *piece.body()]
+            last = day
+        return lines
+
+    def _day_change(self, per_day: Counter[str], old: str | None, new: str) -> tuple[int, int]:
+        """(characters, wordpieces) the text gains when a piece leaves day ``old`` (None: a new piece)
+        for day ``new``: a day's first piece brings its date line, each further one a gap line."""
+        gained = self._cost([new] if per_day[new] <= 0 else [GAP])
+        if old is None:
+            return gained
+        lost = self._cost([old] if per_day[old] <= 1 else [GAP])
+        return gained[0] - lost[0], gained[1] - lost[1]
+
     def _rank(self, group_id: str, candidates: list[Candidate], query: ContextQuery) -> list[tuple[float, _Piece, int]]:
         """Every message of the best episodes with its score, best first."""
         ranked: list[tuple[float, _Piece, int]] = []
         for scored in score_messages(self._searcher, group_id, candidates, query, self.policy):
             piece = _Piece(scored.episode, scored.messages, set())
-            ranked += [(score, piece, position) for position, score in enumerate(scored.scores)]
+            ranked += [(score, piece, i) for i, score in enumerate(scored.scores) if math.isfinite(score)]
         ranked.sort(key=lambda item: (-item[0], item[1].episode.uuid, item[2]))
         return ranked

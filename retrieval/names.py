@@ -129,3 +129,15 @@ def with_ids(query: str, names: Mapping[str, set[str]]) -> str:
         for name in sorted(aliases, key=len, reverse=True):
             query = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", speaker, query, flags=re.IGNORECASE)
     return query
+
+
+def without_names(query: str, speakers: set[str], names: Mapping[str, set[str]]) -> str:
+    """The query without the ids and other names of ``speakers`` (with a possessive "'s"): "What are
+    Kate's hobbies?" -> "What are hobbies?". The words left are what the speaker's own messages say;
+    the name itself is mostly in the messages addressed to them (the speaker bonus finds theirs). A
+    query that is nothing but names is kept as it is."""
+    text = query
+    for name in sorted({n for s in speakers for n in {s} | set(names.get(s, ()))}, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(name)}(?:['’]s)?(?!\w)", " ", text, flags=re.IGNORECASE)
+    stripped = " ".join(text.split())
+    return stripped if re.search(r"\w", stripped) else query

@@ -1,7 +1,6 @@
 """Message-level evidence for a query, shared by the context builder and search.
 
-Messages of the best episodes (by fused vector + BM25 rank of their records) get one score that
-joins these signals:
+Messages get one score that joins these signals:
 
 - the message's own signal: exact cosine with the query + BM25 over the query's best BM25 score;
 - its episode's signal (the same for the episode record, its cosine partly taken from the centroid
@@ -10,10 +9,18 @@ joins these signals:
 - its best neighbour's signal, so the answer that follows a matching question is kept;
 - a bonus when the query names the message's speaker, by id or by another name of theirs
   ("What are Kate's hobbies?" for the speaker ``emi`` whom the other person calls Kate:
-  retrieval.names);
+  retrieval.names); the names of the speakers it names are left out of the text that is matched
+  (``strip_names``): a person's own messages rarely say their name, the bonus finds them;
 - a bonus when the query names a time the message falls in ("... on 3 June, 2023?", "... in June?",
   "... last week?", read against the query's reference time and timezone: retrieval.timewindow);
 - a small penalty for a turn that only asks (ends with "?"): the answer after it tells more.
+
+Which messages are scored (``select``): "group", every message of the group, and the
+``max_episodes`` episodes holding the best-scored messages are returned (evidence outside the
+best-ranked episodes can be found; this needs the group's full read snapshot, and a group too large
+for it is scored as with "episodes"); "episodes", the messages of the ``max_episodes`` best episodes
+by the fused vector + BM25 rank of their records (the behaviour before). Messages outside the query's
+sessions or time window are never scored.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
 
 from memory.models import Episode, Message
-from memory.store.records import EPISODE_KINDS, message_record_id
-from memory.timeutil import utc_now
-from retrieval.names import named_in
+from memory.timeutil import to_epoch, utc_now
+from retrieval.message_rows import MessageRows
+from retrieval.names import named_in, without_names
 from retrieval.timewindow import TimeMention, time_mentions
 from retrieval.types import ContextQuery, SearchQuery
 
@@ -38,15 +47,6 @@ if TYPE_CHECKING:
     from retrieval.search import Candidate, Searcher
 
 _ASKS_WHEN = re.compile(r"^\s*(?:when|what (?:date|day|time|year|month))\b|\bhow long ago\b", re.IGNORECASE)
-_MONTH = (
-    r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
-    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
-)
-_TIME_WORDS = re.compile(
-    rf"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|this (?:week|weekend|month|year|morning|evening)"
-    rf"|weekend|(?:mon|tues|wednes|thurs|fri|satur|sun)day|{_MONTH}|(?:19|20)\d\d|\d{{1,2}}(?::\d\d)?\s*[ap]m)\b",
-    re.IGNORECASE,
-)
 # An episode counts its best record fully and each further matching record by this share.
 SUPPORT_WEIGHT = 0.25
 
@@ -57,19 +57,18 @@ class ScoringPolicy:
     LoCoMo dev and REALTALK dev (docs/benchmarks-recall.md)."""
 
     depth: int = 200  # records taken from each ranking (vector and BM25)
-    max_episodes: int = 40  # episodes whose messages are scored
-    keyword_weight: float = 0.5  # BM25 (divided by the query's best BM25 score) added to the cosine
+    max_episodes: int = 40  # episodes whose messages are returned
+    select: Literal["group", "episodes"] = "group"  # score every message, or those of the best-ranked episodes
+    keyword_weight: float = 0.3  # BM25 (divided by the query's best BM25 score) added to the cosine
     episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
-    neighbour_share: float = 0.4  # weight of the best adjacent message's own signal
-    speaker_bonus: float = 0.4  # added to the messages of a speaker the query names (by id or other name)
+    neighbour_share: float = 0.2  # weight of the best adjacent message's own signal
+    speaker_bonus: float = 0.6  # added to the messages of a speaker the query names (by id or other name)
     time_bonus: float = 0.5  # added to the messages from a time the query names
     question_penalty: float = 0.1  # taken from a turn that ends with a question mark
     episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
     search_evidence: float = 1.0  # search: weight of an episode's best message score beside its fused rank
-    run_share: float = 0.0  # weight of the best signal among the other messages of a one-speaker run
-    neighbour_gap_hours: float = 0.0  # a neighbour further apart in time does not count (0: no limit)
     when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
-    spread: float = 0.0  # taken from the n-th best message of an episode, times n (breadth)
+    strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
     names_to_ids: bool = False  # read a speaker's other names in the query as its id
     other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
 
@@ -77,8 +76,8 @@ class ScoringPolicy:
 @dataclass
 class ScoredEpisode:
     episode: Episode
-    messages: list[Message]  # all source messages of the episode, in event-time order
-    scores: list[float]  # one per message
+    messages: list[Message]  # the episode's source messages, in event-time order
+    scores: list[float]  # one per message; -inf outside the query's sessions or time window
 
 
 def episode_score(items: list[Candidate]) -> float:
@@ -108,90 +107,124 @@ def score_messages(
     query: Query,
     policy: ScoringPolicy,
 ) -> list[ScoredEpisode]:
-    """Every message of the best ``policy.max_episodes`` episodes (not summaries) with its score."""
-    standing = episode_standing(candidates)
-    best = sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes]
-    episodes = [
-        e
-        for e in searcher.load_episodes(group_id, best).values()
-        if e.episode_type.value in EPISODE_KINDS and not e.source_episode_ids
-    ]
-    messages = searcher.messages_of(group_id, episodes)
-    # Exact signals for every message of those episodes, whether or not it made a candidate list.
-    cosine = searcher.similarities(group_id, query.query, episodes, episode_centroid=policy.episode_centroid)
-    index, keyword = searcher.keyword_scores(group_id, query.query)
-    top_keyword = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
-
-    def signal(record_id: str) -> float:
-        position = index.positions.get(record_id)
-        lexical = float(keyword[position]) / top_keyword if position is not None else 0.0
-        return cosine.get(record_id, 0.0) + policy.keyword_weight * lexical
-
-    speakers = {m.speaker for items in messages.values() for m in items}
-    signals = _QuerySignals(
-        named=named_in(query.query, speakers, searcher.speaker_names(group_id) if policy.other_names else None),
-        times=time_mentions(query.query, reference=query.reference_time, timezone=query.timezone),
-        asks_when=bool(_ASKS_WHEN.search(query.query)),
-    )
-    scored: list[ScoredEpisode] = []
-    for episode in episodes:
-        items = messages.get(episode.uuid, [])
-        if items:
-            own = [signal(message_record_id(episode.session_id, m.id)) for m in items]
-            scores = _message_scores(items, own, signal(episode.uuid), signals, query, policy)
-            scored.append(ScoredEpisode(episode, items, scores))
+    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores."""
+    rows = searcher.group_rows(group_id) if policy.select == "group" else None
+    whole_group = rows is not None
+    if rows is None:
+        standing = episode_standing(candidates)
+        rows = searcher.episode_rows(group_id, sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes])
+    if not len(rows):
+        return []
+    names = searcher.speaker_names(group_id) if policy.other_names else None
+    named = named_in(query.query, set(rows.speakers.tolist()), names)
+    text = without_names(query.query, named, names or {}) if policy.strip_names else query.query
+    _index, keyword = searcher.keyword_scores(group_id, text)
+    scores = row_scores(rows, unit(searcher.embed_query(text)), keyword, query, policy, named)
+    best = np.full(len(rows.episodes), -np.inf)
+    np.maximum.at(best, rows.owner, scores)
+    chosen = [int(e) for e in np.argsort(-best, kind="stable") if np.isfinite(best[e])]
+    if whole_group:
+        chosen = chosen[: policy.max_episodes]
+    starts = np.searchsorted(rows.owner, np.arange(len(rows.episodes) + 1))
+    scored = []
+    for number in chosen:
+        span = range(starts[number], starts[number + 1])
+        scored.append(ScoredEpisode(rows.episodes[number], [rows.messages[i] for i in span], scores[span].tolist()))
     return scored
 
 
-@dataclass(frozen=True)
-class _QuerySignals:
-    named: set[str]  # speakers the query names
-    times: list[TimeMention]  # times the query names
-    asks_when: bool  # "When did ...?"
+def row_scores(
+    rows: MessageRows,
+    query_vector: np.ndarray,
+    keyword: np.ndarray,
+    query: Query,
+    policy: ScoringPolicy,
+    named: set[str],
+) -> np.ndarray:
+    """One score per row (-inf outside the query's sessions and time window); ``named``: the
+    speakers (casefolded) the query names."""
+    top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
+    cosine = _cosines(rows, query_vector)
+
+    def lexical(positions: np.ndarray) -> np.ndarray:
+        found = np.zeros(len(positions), dtype=np.float64)
+        inside = positions >= 0
+        found[inside] = keyword[positions[inside]] / top
+        return found
+
+    message_cosine = np.where(rows.message_vectors >= 0, cosine[np.maximum(rows.message_vectors, 0)], 0.0)
+    episode_cosine = np.where(rows.episode_vectors >= 0, cosine[np.maximum(rows.episode_vectors, 0)], 0.0)
+    if policy.episode_centroid > 0:
+        sums = np.zeros(len(rows.episodes))
+        np.add.at(sums, rows.owner, message_cosine)
+        norms = rows.centroid_norms
+        centroid = np.divide(sums, norms, out=np.zeros_like(sums), where=norms > 0)
+        blend = (rows.episode_vectors >= 0) & (norms > 0)
+        share = policy.episode_centroid
+        episode_cosine = np.where(blend, (1 - share) * episode_cosine + share * centroid, episode_cosine)
+    own = message_cosine + policy.keyword_weight * lexical(rows.message_keywords)
+    topic = episode_cosine + policy.keyword_weight * lexical(rows.episode_keywords)
+    neighbour = np.full(len(rows), -np.inf)
+    for side in (rows.previous, rows.following):
+        neighbour = np.where(side >= 0, np.maximum(neighbour, own[np.maximum(side, 0)]), neighbour)
+    neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
+    scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
+    if named:
+        scores += policy.speaker_bonus * np.isin(rows.speakers, list(named))
+    mentions = time_mentions(query.query, reference=query.reference_time, timezone=query.timezone)
+    if mentions:
+        scores += policy.time_bonus * _covered(rows, mentions)
+    if policy.when_bonus and _ASKS_WHEN.search(query.query):
+        scores += policy.when_bonus * rows.timed
+    scores -= policy.question_penalty * rows.asks
+    if query.recency_weight > 0:
+        now = to_epoch(query.reference_time or utc_now())
+        age_days = np.maximum(0.0, (now - rows.times) / 86400)
+        weight = query.recency_weight
+        scores *= (1.0 - weight) + weight * np.power(0.5, age_days / query.recency_half_life_days)
+    return np.where(_in_scope(rows, query), scores, -np.inf)
 
 
-def _message_scores(
-    items: list[Message], own: list[float], topic: float, signals: _QuerySignals, query: Query, policy: ScoringPolicy
-) -> list[float]:
-    now = query.reference_time or utc_now()
-    runs = _speaker_runs(items, own) if policy.run_share else [0.0] * len(items)
-    gap = policy.neighbour_gap_hours * 3600
-    scores = []
-    for position, message in enumerate(items):
-        neighbours = [
-            own[j]
-            for j in (position - 1, position + 1)
-            if 0 <= j < len(items) and (not gap or abs((items[j].timestamp - message.timestamp).total_seconds()) <= gap)
-        ]
-        score = own[position] + policy.episode_share * topic + policy.neighbour_share * max(neighbours, default=0.0)
-        score += policy.run_share * runs[position]
-        if message.speaker.casefold() in signals.named:
-            score += policy.speaker_bonus
-        if any(mention.covers(message.timestamp) for mention in signals.times):
-            score += policy.time_bonus
-        if signals.asks_when and _TIME_WORDS.search(message.content):
-            score += policy.when_bonus
-        if message.content.rstrip().endswith("?"):
-            score -= policy.question_penalty
-        if query.recency_weight > 0:
-            score *= recency_factor(message.timestamp, now, query.recency_weight, query.recency_half_life_days)
-        scores.append(score)
-    if policy.spread:  # breadth: each further message of one episode counts a little less
-        order = sorted(range(len(scores)), key=lambda i: -scores[i])
-        for rank, position in enumerate(order):
-            scores[position] -= policy.spread * rank
-    return scores
+def _cosines(rows: MessageRows, query_vector: np.ndarray) -> np.ndarray:
+    """Cosine of the query with each matrix row the rows point to (others: 0)."""
+    needed = np.concatenate([rows.message_vectors, rows.episode_vectors])
+    needed = np.unique(needed[needed >= 0])
+    if len(needed) and 2 * len(needed) >= len(rows.matrix):
+        return np.asarray(rows.matrix @ query_vector, dtype=np.float64)
+    cosine = np.zeros(max(len(rows.matrix), 1), dtype=np.float64)
+    cosine[needed] = rows.matrix[needed] @ query_vector
+    return cosine
 
 
-def _speaker_runs(items: list[Message], own: list[float]) -> list[float]:
-    """For each message, the best own signal of the other messages of its run (consecutive messages
-    of one speaker: one thought split over several messages)."""
-    found = [0.0] * len(items)
-    start = 0
-    for end in range(1, len(items) + 1):
-        if end == len(items) or items[end].speaker != items[start].speaker:
-            for position in range(start, end):
-                others = [own[j] for j in range(start, end) if j != position]
-                found[position] = max(others, default=0.0)
-            start = end
-    return found
+def _covered(rows: MessageRows, mentions: list[TimeMention]) -> np.ndarray:
+    hit = np.zeros(len(rows), dtype=bool)
+    for mention in mentions:
+        if mention.window is not None:
+            inside = np.ones(len(rows), dtype=bool)
+            if mention.window.start is not None:
+                inside &= rows.times >= to_epoch(mention.window.start)
+            if mention.window.end is not None:
+                inside &= rows.times < to_epoch(mention.window.end)
+            hit |= inside
+        else:
+            hit |= np.asarray([mention.covers(m.timestamp) for m in rows.messages], dtype=bool)
+    return hit
+
+
+def _in_scope(rows: MessageRows, query: Query) -> np.ndarray:
+    from retrieval.search import resolve_window
+
+    keep = np.ones(len(rows), dtype=bool)
+    if query.session_ids is not None:
+        keep &= np.isin(rows.sessions, list(query.session_ids))
+    window = resolve_window(query)
+    if window.start is not None:
+        keep &= rows.times >= to_epoch(window.start)
+    if window.end is not None:
+        keep &= rows.times < to_epoch(window.end)
+    return keep
+
+
+def unit(vector: np.ndarray) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32)
+    return vector / (float(np.linalg.norm(vector)) or 1.0)

@@ -24,13 +24,18 @@ from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, Vector
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.keyword import KeywordCache, KeywordIndex
+from retrieval.message_rows import MessageRows, message_rows
 from retrieval.names import configured_names, learned_names, merge_names, with_ids
-from retrieval.scoring import ScoringPolicy, episode_score, recency_factor, score_messages
+from retrieval.scoring import ScoringPolicy, episode_score, recency_factor, score_messages, unit
 from retrieval.timewindow import TimeWindow, parse_time_window
 from retrieval.types import ContextQuery, Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
 RRF_K = 60
 Q = TypeVar("Q", SearchQuery, ContextQuery)
+# Search adds message evidence to the episodes it ranks: the messages of every candidate episode are
+# the ones it scores (the same recall as scoring the whole group, at a cost bounded by the candidates;
+# docs/benchmarks-recall.md). The evidence weight is chosen by leave-one-conversation-out.
+SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000, search_evidence=2.0)
 # Two hits whose episode vectors are at least this similar are near-duplicates: the lower one goes.
 DUPLICATE_COSINE = 0.95
 
@@ -104,7 +109,7 @@ class Searcher:
         if snapshots is not None:
             snapshots.max_groups = keyword_cache_groups
         self.keywords = KeywordCache(snapshots)
-        self.policy = ScoringPolicy()
+        self.policy = SEARCH_POLICY
 
     # -- the group's read snapshot -------------------------------------------------------------------
 
@@ -281,37 +286,35 @@ class Searcher:
             return sorted(found, key=lambda message: message.timestamp)
         return self.messages_of(group_id, [episode]).get(episode.uuid, [])
 
-    def similarities(
-        self, group_id: str, query: str, episodes: list[Episode], *, episode_centroid: float = 0.0
-    ) -> dict[str, float]:
-        """Exact cosine of the query with each episode and each of its messages, in one read;
-        keys are episode ids and message record ids (records.message_record_id). With
-        ``episode_centroid`` > 0 an episode's cosine is that share of the cosine with the centroid of
-        its messages' vectors plus the rest of its own: the episode's vector is of its first
-        memory.text.EPISODE_EMBED_CHARS characters (and the model reads 256 wordpieces), the centroid
-        sees every turn."""
-        message_ids = {
-            episode.uuid: [message_record_id(episode.session_id, m) for m in episode.source_message_ids]
-            for episode in episodes
-        }
-        ids = list(message_ids) + [record_id for records in message_ids.values() for record_id in records]
-        if not ids:
-            return {}
-        query_vector = unit(self.embed_query(query))
+    def group_rows(self, group_id: str, *, fresh: bool = False) -> MessageRows | None:
+        """Every episode's messages as scoring rows (retrieval.message_rows), kept with the group's
+        snapshot; None for a group too large for a full snapshot. ``fresh``: as for ``snapshot``."""
+        snapshot = self.snapshot(group_id, fresh=fresh)
+        if not snapshot.full or snapshot.directions is None:
+            return None
+        code = KIND_CODE[RecordKind.EPISODE.value]
+        ids = [snapshot.ids[p] for p in np.flatnonzero(snapshot.kinds == code)]
+        return snapshot.derived("message-rows", lambda: self.episode_rows(group_id, ids), lambda rows: rows.nbytes)
+
+    def episode_rows(self, group_id: str, episode_ids: list[str]) -> MessageRows:
+        """The messages of those episodes (not summaries) as scoring rows, with their vectors."""
+        episodes = [
+            e
+            for e in self.load_episodes(group_id, episode_ids).values()
+            if e.episode_type.value in EPISODE_KINDS and not e.source_episode_ids
+        ]
+        messages = self.messages_of(group_id, episodes)
         snapshot = self.snapshot(group_id)
-        if snapshot.full:
-            directions = {record_id: d for record_id in ids if (d := snapshot.direction(record_id)) is not None}
-        else:
-            records = self._vectors.records(group_id, ids=ids, embeddings=True)
-            directions = {record.id: unit(record.embedding) for record in records if record.embedding is not None}
-        cosine = {record_id: float(direction @ query_vector) for record_id, direction in directions.items()}
-        if episode_centroid > 0:
-            for episode_id, records_of in message_ids.items():
-                vectors = [directions[record_id] for record_id in records_of if record_id in directions]
-                if episode_id in cosine and vectors:
-                    centroid = float(unit(np.mean(vectors, axis=0)) @ query_vector)
-                    cosine[episode_id] = (1 - episode_centroid) * cosine[episode_id] + episode_centroid * centroid
-        return cosine
+        if snapshot.full and snapshot.directions is not None:
+            return message_rows(episodes, messages, snapshot.directions, snapshot.positions, snapshot.positions)
+        ids = [e.uuid for e in episodes] + [
+            message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])
+        ]
+        read = self._vectors.records(group_id, ids=ids, embeddings=True)
+        vectors = {r.id: unit(r.embedding) for r in read if r.embedding is not None}
+        matrix = np.stack(list(vectors.values())) if vectors else np.zeros((0, 0), dtype=np.float32)
+        vector_rows = {record_id: row for row, record_id in enumerate(vectors)}
+        return message_rows(episodes, messages, matrix, vector_rows, snapshot.positions)
 
     def keyword_scores(self, group_id: str, query: str) -> tuple[KeywordIndex, np.ndarray]:
         index = self.keyword_index(group_id)
@@ -386,7 +389,3 @@ def drop_near_duplicates(hits: list[SearchHit], vectors: dict[str, np.ndarray], 
         if len(kept) >= limit:
             break
     return kept
-
-
-def unit(vector: np.ndarray) -> np.ndarray:
-    return vector / (float(np.linalg.norm(vector)) or 1.0)

@@ -40,33 +40,58 @@ from recall import (  # noqa: E402
 )
 
 from retrieval.context import ContextBuilder, PackingPolicy  # noqa: E402
-from retrieval.search import Searcher  # noqa: E402
+from retrieval.scoring import ScoringPolicy  # noqa: E402
+from retrieval.search import SEARCH_POLICY, Searcher  # noqa: E402
 from retrieval.types import SearchQuery  # noqa: E402
 
 BASE = PackingPolicy()
-# name -> policy. The default first; each other one changes one thing (or a pair worth trying together).
+# The weights before the second round of tuning (issue 20): messages of the best-ranked episodes only,
+# names kept in the matched text, a header per piece.
+BEFORE = replace(
+    BASE,
+    select="episodes",
+    strip_names=False,
+    day_headers=False,
+    keyword_weight=0.5,
+    neighbour_share=0.4,
+    speaker_bonus=0.4,
+)
+# name -> policy. The default first; each other one changes one thing.
 VARIANTS: dict[str, PackingPolicy] = {
     "default": BASE,
-    "ids only (before)": replace(BASE, other_names=False),
-    "no speaker bonus": replace(BASE, speaker_bonus=0.0),
-    "speaker 0.2": replace(BASE, speaker_bonus=0.2),
-    "names as ids": replace(BASE, names_to_ids=True),
-    "runs 0.3": replace(BASE, run_share=0.3),
-    "neighbour gap 6 h": replace(BASE, neighbour_gap_hours=6.0),
-    "when 0.1": replace(BASE, when_bonus=0.1),
-    "when 0.2": replace(BASE, when_bonus=0.2),
-    "spread 0.02": replace(BASE, spread=0.02),
-    "spread 0.05": replace(BASE, spread=0.05),
-    "neighbour 0.6": replace(BASE, neighbour_share=0.6),
+    "before (round 1)": BEFORE,
+    "best-ranked episodes only": replace(BASE, select="episodes"),
+    "names kept in the matched text": replace(BASE, strip_names=False),
+    "a header per piece": replace(BASE, day_headers=False),
+    "speaker 0.4": replace(BASE, speaker_bonus=0.4),
+    "speaker 0.8": replace(BASE, speaker_bonus=0.8),
+    "keyword 0.2": replace(BASE, keyword_weight=0.2),
+    "keyword 0.5": replace(BASE, keyword_weight=0.5),
+    "neighbour 0.1": replace(BASE, neighbour_share=0.1),
+    "neighbour 0.4": replace(BASE, neighbour_share=0.4),
     "episode 0.6": replace(BASE, episode_share=0.6),
-    "keyword 0.7": replace(BASE, keyword_weight=0.7),
+    "when 0.2": replace(BASE, when_bonus=0.2),
+    "question 0.2": replace(BASE, question_penalty=0.2),
+    "episodes 80": replace(BASE, max_episodes=80),
 }
-SEARCH_VARIANTS = {
-    "fused only (before)": 0.0,
-    "evidence 0.02": 0.02,
-    "evidence 0.05": 0.05,
-    "evidence 0.1": 0.1,
-    "evidence 1.0": 1.0,
+SEARCH_BASE = SEARCH_POLICY
+SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
+    "fused only (before issue 20)": replace(SEARCH_BASE, search_evidence=0.0),
+    "evidence 1.0, round-1 scoring": replace(
+        SEARCH_BASE,
+        max_episodes=40,
+        search_evidence=1.0,
+        strip_names=False,
+        keyword_weight=0.5,
+        neighbour_share=0.4,
+        speaker_bonus=0.4,
+    ),
+    "evidence 1.0, 40 best-ranked episodes": replace(SEARCH_BASE, max_episodes=40, search_evidence=1.0),
+    "evidence 2.0, 40 best-ranked episodes": replace(SEARCH_BASE, max_episodes=40),
+    "evidence 0.1, every candidate episode": replace(SEARCH_BASE, search_evidence=0.1),
+    "evidence 1.0, every candidate episode": replace(SEARCH_BASE, search_evidence=1.0),
+    "default (evidence 2.0, every candidate episode)": SEARCH_BASE,
+    "evidence 2.0, whole-group scoring": replace(SEARCH_BASE, select="group", max_episodes=40),
 }
 
 
@@ -106,14 +131,9 @@ class MemoSearcher(Searcher):
         key = ("messages", group_id, tuple(e.uuid for e in episodes))
         return self._kept(key, lambda: super(MemoSearcher, self).messages_of(group_id, episodes))
 
-    def similarities(self, group_id: str, query: str, episodes: list[Any], *, episode_centroid: float = 0.0) -> Any:
-        key = ("cosine", group_id, query, tuple(e.uuid for e in episodes), episode_centroid)
-        return self._kept(
-            key,
-            lambda: super(MemoSearcher, self).similarities(
-                group_id, query, episodes, episode_centroid=episode_centroid
-            ),
-        )
+    def episode_rows(self, group_id: str, episode_ids: list[str]) -> Any:
+        key = ("rows", group_id, tuple(episode_ids))
+        return self._kept(key, lambda: super(MemoSearcher, self).episode_rows(group_id, episode_ids))
 
     def keyword_scores(self, group_id: str, query: str) -> Any:
         return self._kept(("bm25", group_id, query), lambda: super(MemoSearcher, self).keyword_scores(group_id, query))
@@ -217,11 +237,11 @@ def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearche
     search before), and the weight chosen by leave-one-conversation-out (objective: mean of @1..@10)."""
     conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
     found: dict[str, dict[str, Scores]] = {}
-    for name, weight in SEARCH_VARIANTS.items():
+    for name, policy in SEARCH_VARIANTS.items():
         found[name] = {}
         for dataset, samples in datasets.items():
             memo = memos[dataset]
-            memo.policy = replace(memo.policy, search_evidence=weight)
+            memo.policy = policy
             search = memo.search
             found[name].update(episode_recall(lambda g, q, k, s=search: s(g, SearchQuery(query=q, k=k)), samples))
 
@@ -235,7 +255,7 @@ def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearche
     held: dict[str, Scores] = {}
     for conversation in conversations:
         others = set(conversations) - {conversation}
-        best = max(found, key=lambda name: mean_at(found[name], others))
+        best = max(found, key=lambda name: (mean_at(found[name], others), name.startswith("default")))
         held[conversation] = found[best][conversation]
         print(f"search weight chosen without {conversation}: {best}")
     for dataset, samples in datasets.items():
@@ -256,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--variants", default="", help="comma-separated names of VARIANTS (default: all)")
     parser.add_argument("--datasets", default="locomo,realtalk")
     parser.add_argument("--quick", action="store_true", help="the short datasets of recall.py --quick")
+    parser.add_argument("--search-only", action="store_true", help="only the search table (SEARCH_VARIANTS)")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
@@ -269,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     opened = {folder: Epimem.from_settings(data_dir=folder, background=False) for folder in set(folders.values())}
     try:
         services = {name: opened[folder] for name, folder in folders.items()}
+        if args.search_only:
+            search_table(datasets, {dataset: MemoSearcher(service) for dataset, service in services.items()})
+            return
         print_loo(services, datasets, {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS})
     finally:
         for service in opened.values():

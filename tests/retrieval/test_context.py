@@ -6,6 +6,7 @@ import math
 import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from helpers import builders
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from api.facade import Epimem
 from memory.models import Message
-from retrieval.context import HEADER, named_speakers
+from retrieval.context import HEADER, ContextBuilder, PackingPolicy, day_header, named_speakers
 from retrieval.types import ContextQuery
 
 T0 = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
@@ -64,9 +65,9 @@ def check(result_text: str, citations: list, tokens: int, budget: int, contents:
         assert citation.message_ids and citation.session_id.startswith("session-")
         for message_id in citation.message_ids:
             assert contents[message_id] in result_text  # honest: the cited text is there verbatim
-    # Each piece carries its absolute date.
-    dates = re.findall(r"^\[(\d{1,2} \w+ \d{4}), \d\d:\d\d UTC\]", result_text, flags=re.M)
-    assert len(dates) == len(citations)
+    # Each day of the pieces has one date line, in order; its further pieces are parted by a gap line.
+    days = re.findall(r"^\[\d{1,2} \w+ \d{4}\]$", result_text, flags=re.M)
+    assert days == list(dict.fromkeys(day_header(c.timestamp) for c in citations))
 
 
 def test_context_shape_and_content(service: Epimem, group_id: str) -> None:
@@ -172,11 +173,11 @@ def test_a_message_from_the_time_the_query_names_comes_first(service: Epimem, gr
         service.flush(group_id, f"day-{day}")
     for day in range(3):
         when = T0 + timedelta(days=day)
-        result = service.context(group_id, f"What did Melanie bake on {when:%d %B %Y}?", token_budget=30)
+        result = service.context(group_id, f"What did Melanie bake on {when:%d %B %Y}?", token_budget=26)
         assert [m for c in result.citations for m in c.message_ids] == [f"d{day}"], result.text
         # A relative time is read against the request's reference time (and timezone).
         relative = service.context(
-            group_id, "What did Melanie bake yesterday?", token_budget=30, reference_time=when + timedelta(days=1)
+            group_id, "What did Melanie bake yesterday?", token_budget=26, reference_time=when + timedelta(days=1)
         )
         assert [m for c in relative.citations for m in c.message_ids] == [f"d{day}"], relative.text
 
@@ -196,3 +197,34 @@ def test_a_turn_that_only_asks_yields_to_its_answer(service: Epimem, group_id: s
         chosen[penalty] = [m for c in builder.build(group_id, query).citations for m in c.message_ids]
     # The question is the closer match; the penalty lets the answer take the one place.
     assert chosen == {0.0: ["m0"], 0.5: ["m1"]}
+
+
+def test_the_best_message_is_found_outside_the_best_ranked_episodes(make_service, group_id: str) -> None:
+    # Session "a" talks about the garden all along (many records match: its fused standing is high);
+    # session "b" is about other things but for one exact turn.
+    service = make_service(segmentation_method="window")
+    garden = [
+        "The garden looks lovely this spring.",
+        "We spent the morning in the garden again.",
+        "Our garden gets a lot of sun in the afternoon.",
+        "I bought a new hose for the garden.",
+        "The neighbours admire our garden.",
+        "Garden work makes me happy.",
+    ]
+    other = [
+        "My car needs new tyres before the trip.",
+        "Ana planted the tomato seedlings in the garden on Sunday.",
+        "The tax forms are due next month.",
+        "I watched a documentary about whales.",
+    ]
+    for session, lines in (("a", garden), ("b", other)):
+        service.add_messages(group_id, session, builders.turns([("Ana", line) for line in lines], prefix=session))
+        service.flush(group_id, session)
+    query = ContextQuery(query="When were the tomato seedlings planted in the garden?", token_budget=40)
+
+    def cited(select: Literal["group", "episodes"]) -> list[str]:
+        builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(select=select, max_episodes=1))
+        return [m for c in builder.build(group_id, query).citations for m in c.message_ids]
+
+    assert all(m.startswith("a") for m in cited("episodes"))  # the best-ranked episode is the garden talk
+    assert "b1" in cited("group")  # scoring every message finds the exact turn

@@ -10,7 +10,8 @@ from helpers.builders import messages
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError
-from retrieval.types import Order, SearchQuery
+from retrieval.scoring import ScoringPolicy, row_scores, unit
+from retrieval.types import ContextQuery, Order, SearchQuery
 
 T0 = datetime(2023, 3, 1, 12, 0, tzinfo=UTC)
 REF = datetime(2023, 3, 15, 10, 0, tzinfo=UTC)  # a Wednesday
@@ -173,9 +174,14 @@ def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
     )
     (episode,) = service.flush(group_id, "s")
     query = "meteor shower camping trip"
-    own = service.searcher.similarities(group_id, query, [episode])
-    blended = service.searcher.similarities(group_id, query, [episode], episode_centroid=0.5)
-    assert blended[episode.uuid] > own[episode.uuid] + 0.05
-    assert {k: v for k, v in blended.items() if k != episode.uuid} == {
-        k: v for k, v in own.items() if k != episode.uuid
-    }
+    searcher = service.searcher
+    rows = searcher.episode_rows(group_id, [episode.uuid])
+    vector = unit(searcher.embed_query(query))
+    keyword = searcher.keyword_scores(group_id, query)[1]
+    plain = ContextQuery(query=query)
+    own = row_scores(rows, vector, keyword, plain, ScoringPolicy(episode_centroid=0.0), set())
+    blended = row_scores(rows, vector, keyword, plain, ScoringPolicy(episode_centroid=0.5), set())
+    gain = blended - own
+    # every turn takes its episode's better cosine (episode_share 0.8 of a gain over 0.05), and only that changes
+    assert len(rows) == 12 and gain.min() > 0.8 * 0.05
+    assert float(gain.max() - gain.min()) < 1e-9

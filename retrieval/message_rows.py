@@ -1,0 +1,110 @@
+"""The messages of a set of episodes as arrays, one row per message: what message scoring reads.
+
+Rows of one episode are consecutive and in event-time order (the order of ``Searcher.messages_of``).
+Vectors are not copied: each row and each episode points into a matrix of unit vectors (the group
+snapshot's ``directions`` for a whole group, or the vectors read for a few episodes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from memory.models import Episode, Message
+from memory.store.records import message_record_id
+from memory.timeutil import to_epoch
+
+_MONTH = (
+    r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
+    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
+)
+TIME_WORDS = re.compile(
+    rf"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|this (?:week|weekend|month|year|morning|evening)"
+    rf"|weekend|(?:mon|tues|wednes|thurs|fri|satur|sun)day|{_MONTH}|(?:19|20)\d\d|\d{{1,2}}(?::\d\d)?\s*[ap]m)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(eq=False)
+class MessageRows:
+    episodes: list[Episode]
+    messages: list[Message]  # one per row
+    record_ids: list[str]  # message record id of each row
+    owner: np.ndarray  # int64: the episode (index into ``episodes``) of each row
+    matrix: np.ndarray  # float32 unit vectors the two index arrays point into
+    message_vectors: np.ndarray  # int64 row -> matrix row (-1: no vector)
+    episode_vectors: np.ndarray  # int64 episode -> matrix row (-1: no vector)
+    message_keywords: np.ndarray  # int64 row -> keyword index position (-1: not indexed)
+    episode_keywords: np.ndarray  # int64 episode -> keyword index position (-1: not indexed)
+    centroid_norms: np.ndarray  # float64 per episode: norm of the sum of its messages' unit vectors (0: none)
+    previous: np.ndarray  # int64 row -> the row before it in its episode (-1: first)
+    following: np.ndarray  # int64 row -> the row after it in its episode (-1: last)
+    speakers: np.ndarray  # object: casefolded speaker of each row
+    sessions: np.ndarray  # object: session id of each row
+    times: np.ndarray  # float64 epoch seconds of each row
+    asks: np.ndarray  # bool: the message ends with a question mark
+    timed: np.ndarray  # bool: the message carries a time expression
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.owner, self.message_vectors, self.message_keywords, self.previous, self.following, self.times)
+        return sum(a.nbytes for a in arrays) + 3 * 8 * len(self) + 120 * len(self)
+
+
+def message_rows(
+    episodes: list[Episode],
+    messages: Mapping[str, list[Message]],
+    matrix: np.ndarray,
+    vector_rows: Mapping[str, int],
+    keyword_positions: Mapping[str, int],
+) -> MessageRows:
+    """Rows for ``episodes`` (each with its messages in event-time order, as ``messages`` holds
+    them); ``vector_rows`` and ``keyword_positions`` map record ids to rows of ``matrix`` and to
+    positions of the group's keyword index."""
+    kept = [e for e in episodes if messages.get(e.uuid)]
+    rows: list[Message] = []
+    record_ids: list[str] = []
+    owner: list[int] = []
+    for number, episode in enumerate(kept):
+        for message in messages[episode.uuid]:
+            rows.append(message)
+            record_ids.append(message_record_id(episode.session_id, message.id))
+            owner.append(number)
+    owners = np.asarray(owner, dtype=np.int64)
+    message_vectors = np.asarray([vector_rows.get(r, -1) for r in record_ids], dtype=np.int64)
+    same = np.zeros(len(rows), dtype=bool)
+    if len(rows) > 1:
+        same[1:] = owners[1:] == owners[:-1]
+    previous = np.where(same, np.arange(len(rows)) - 1, -1)
+    following = np.full(len(rows), -1, dtype=np.int64)
+    if len(rows) > 1:
+        following[:-1] = np.where(same[1:], np.arange(1, len(rows)), -1)
+    sums = np.zeros((len(kept), matrix.shape[1] if matrix.ndim == 2 else 0), dtype=np.float64)
+    present = message_vectors >= 0
+    if present.any():
+        np.add.at(sums, owners[present], matrix[message_vectors[present]])
+    return MessageRows(
+        episodes=kept,
+        messages=rows,
+        record_ids=record_ids,
+        owner=owners,
+        matrix=matrix,
+        message_vectors=message_vectors,
+        episode_vectors=np.asarray([vector_rows.get(e.uuid, -1) for e in kept], dtype=np.int64),
+        message_keywords=np.asarray([keyword_positions.get(r, -1) for r in record_ids], dtype=np.int64),
+        episode_keywords=np.asarray([keyword_positions.get(e.uuid, -1) for e in kept], dtype=np.int64),
+        centroid_norms=np.linalg.norm(sums, axis=1) if len(kept) else np.zeros(0),
+        previous=previous,
+        following=following,
+        speakers=np.asarray([m.speaker.casefold() for m in rows], dtype=object),
+        sessions=np.asarray([e.session_id for e in kept], dtype=object)[owners] if rows else np.zeros(0, object),
+        times=np.asarray([to_epoch(m.timestamp) for m in rows], dtype=np.float64),
+        asks=np.asarray([m.content.rstrip().endswith("?") for m in rows], dtype=bool),
+        timed=np.asarray([bool(TIME_WORDS.search(m.content)) for m in rows], dtype=bool),
+    )
