@@ -1,10 +1,11 @@
 """Tuning the context and search weights by leave-one-conversation-out over the nine dev conversations.
 
-    .venv/bin/python tests/benchmarks/recall_tune.py --data-dir DIR [--variants NAME,...]
+    .venv/bin/python tests/benchmarks/recall_tune.py --data-dir DIR [--variants NAME,...] [--search-only]
 
 Reads an ingested data folder (tests/benchmarks/recall.py --data-dir DIR ingests it) and scores
 every variant of ScoringPolicy in VARIANTS on every question of LoCoMo dev and REALTALK dev, with a
-memoised Searcher (what a variant does not change is computed once): ~seconds per variant once warm.
+memoised Searcher (what a variant does not change is computed once): about a minute per variant
+once warm. SEARCH_VARIANTS are scored the same way for search (episode recall@k).
 
 Leave-one-out: for each conversation, the variant with the best objective on the other eight
 (mean evidence recall over the three budgets, each dataset weighing half) is applied to it; the
