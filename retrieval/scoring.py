@@ -30,12 +30,13 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from memory.models import Episode, Message
 from memory.timeutil import to_epoch, utc_now
+from memory.tracing import group_hash, traced
 from retrieval.message_rows import MessageRows
 from retrieval.names import named_in, without_names
 from retrieval.timewindow import TimeMention, time_mentions
@@ -100,6 +101,11 @@ def episode_standing(candidates: list[Candidate]) -> dict[str, float]:
     return {episode_id: episode_score(items) for episode_id, items in by_episode.items()}
 
 
+def _scoring_attributes(_searcher: Any, group_id: str, _candidates: Any, _query: Any, policy: ScoringPolicy) -> dict:
+    return {"group_hash": group_hash(group_id), "select": policy.select}
+
+
+@traced("epimem.score.messages", _scoring_attributes, lambda scored: {"episodes": len(scored)})
 def score_messages(
     searcher: Searcher,
     group_id: str,

@@ -96,7 +96,8 @@ def test_span_trees_of_an_ingest_and_a_context_call(traced: tuple[str, InMemoryS
     assert 0 < pack.attributes["epimem.tokens"] <= 300
     assert pack.attributes["epimem.group_hash"] == tracing.group_hash(GROUP)
     below = names(descendants(spans, pack))
-    assert "epimem.search.candidates" in below and any(n.startswith("epimem.store.") for n in below)
+    # the context scores the group's messages from its read snapshot: no candidate query
+    assert "epimem.score.messages" in below and any(n.startswith("epimem.store.") for n in below)
 
     assert not [s for s in spans if "healthz" in s.name or "metrics" in s.name]
     for span in spans:  # no raw group id, no message text in any attribute

@@ -65,8 +65,8 @@ def _kept_view(service: Epimem, group_id: str) -> tuple[list, list, list]:
     timeline = service.timeline(group_id, session_id="keep", limit=100).episodes
     history = service.history(group_id, "keep")
     return (
-        # ids, order and cosine; the fused score also weighs keyword statistics of the whole group
-        [(h.episode.uuid, round(h.components.vector, 5)) for h in hits],
+        # ids and cosines; the ranking also weighs keyword statistics of the whole group (its order may move)
+        sorted((h.episode.uuid, round(h.components.vector, 5)) for h in hits),
         [(e.uuid, e.title, e.content) for e in timeline],
         [(m.id, m.content) for m in history],
     )
