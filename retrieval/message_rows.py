@@ -21,7 +21,7 @@ _MONTH = (
     r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
     r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
 )
-TIME_WORDS = re.compile(
+_TIME_WORDS = re.compile(
     rf"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|this (?:week|weekend|month|year|morning|evening)"
     rf"|weekend|(?:mon|tues|wednes|thurs|fri|satur|sun)day|{_MONTH}|(?:19|20)\d\d|\d{{1,2}}(?::\d\d)?\s*[ap]m)\b",
     re.IGNORECASE,
@@ -106,5 +106,5 @@ def message_rows(
         sessions=np.asarray([e.session_id for e in kept], dtype=object)[owners] if rows else np.zeros(0, object),
         times=np.asarray([to_epoch(m.timestamp) for m in rows], dtype=np.float64),
         asks=np.asarray([m.content.rstrip().endswith("?") for m in rows], dtype=bool),
-        timed=np.asarray([bool(TIME_WORDS.search(m.content)) for m in rows], dtype=bool),
+        timed=np.asarray([bool(_TIME_WORDS.search(m.content)) for m in rows], dtype=bool),
     )

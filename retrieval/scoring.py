@@ -25,7 +25,6 @@ sessions or time window are never scored.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from memory.timeutil import to_epoch, utc_now
 from memory.tracing import group_hash, traced
 from retrieval.message_rows import MessageRows
 from retrieval.names import named_in, without_names
-from retrieval.timewindow import TimeMention, time_mentions
+from retrieval.timewindow import TimeMention, TimeWindow, time_mentions
 from retrieval.types import ContextQuery, SearchQuery
 
 Query = ContextQuery | SearchQuery
@@ -67,7 +66,7 @@ class ScoringPolicy:
     time_bonus: float = 0.5  # added to the messages from a time the query names
     question_penalty: float = 0.1  # taken from a turn that ends with a question mark
     episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
-    search_evidence: float = 1.0  # search: weight of an episode's best message score beside its fused rank
+    search_evidence: float = 2.0  # search: weight of an episode's best message score beside its fused rank
     when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
     strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
     names_to_ids: bool = False  # read a speaker's other names in the query as its id
@@ -90,8 +89,12 @@ def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_
     """1 without weighting; otherwise (1 - weight) + weight * 0.5 ** (age / half-life)."""
     if weight <= 0:
         return 1.0
-    age_days = max(0.0, (now - timestamp).total_seconds() / 86400)
-    return (1.0 - weight) + weight * math.pow(0.5, age_days / half_life_days)
+    return float(_decay(max(0.0, (now - timestamp).total_seconds() / 86400), weight, half_life_days))
+
+
+def _decay(age_days: Any, weight: float, half_life_days: float) -> Any:
+    """(1 - weight) + weight * 0.5 ** (age / half-life), for one age or an array of them."""
+    return (1.0 - weight) + weight * np.power(0.5, np.divide(age_days, half_life_days))
 
 
 def episode_standing(candidates: list[Candidate]) -> dict[str, float]:
@@ -184,10 +187,8 @@ def row_scores(
         scores += policy.when_bonus * rows.timed
     scores -= policy.question_penalty * rows.asks
     if query.recency_weight > 0:
-        now = to_epoch(query.reference_time or utc_now())
-        age_days = np.maximum(0.0, (now - rows.times) / 86400)
-        weight = query.recency_weight
-        scores *= (1.0 - weight) + weight * np.power(0.5, age_days / query.recency_half_life_days)
+        age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
+        scores *= _decay(age_days, query.recency_weight, query.recency_half_life_days)
     return np.where(_in_scope(rows, query), scores, -np.inf)
 
 
@@ -206,12 +207,7 @@ def _covered(rows: MessageRows, mentions: list[TimeMention]) -> np.ndarray:
     hit = np.zeros(len(rows), dtype=bool)
     for mention in mentions:
         if mention.window is not None:
-            inside = np.ones(len(rows), dtype=bool)
-            if mention.window.start is not None:
-                inside &= rows.times >= to_epoch(mention.window.start)
-            if mention.window.end is not None:
-                inside &= rows.times < to_epoch(mention.window.end)
-            hit |= inside
+            hit |= _inside(rows.times, mention.window)
         else:
             hit |= np.asarray([mention.covers(m.timestamp) for m in rows.messages], dtype=bool)
     return hit
@@ -220,14 +216,19 @@ def _covered(rows: MessageRows, mentions: list[TimeMention]) -> np.ndarray:
 def _in_scope(rows: MessageRows, query: Query) -> np.ndarray:
     from retrieval.search import resolve_window
 
-    keep = np.ones(len(rows), dtype=bool)
+    keep = _inside(rows.times, resolve_window(query))
     if query.session_ids is not None:
         keep &= np.isin(rows.sessions, list(query.session_ids))
-    window = resolve_window(query)
+    return keep
+
+
+def _inside(times: np.ndarray, window: TimeWindow) -> np.ndarray:
+    """TimeWindow.contains over epoch seconds: start <= t < end, an open side open."""
+    keep = np.ones(len(times), dtype=bool)
     if window.start is not None:
-        keep &= rows.times >= to_epoch(window.start)
+        keep &= times >= to_epoch(window.start)
     if window.end is not None:
-        keep &= rows.times < to_epoch(window.end)
+        keep &= times < to_epoch(window.end)
     return keep
 
 

@@ -35,7 +35,7 @@ Q = TypeVar("Q", SearchQuery, ContextQuery)
 # Search adds message evidence to the episodes it ranks: the messages of every candidate episode are
 # the ones it scores (the same recall as scoring the whole group, at a cost bounded by the candidates;
 # docs/benchmarks-recall.md). The evidence weight is chosen by leave-one-conversation-out.
-SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000, search_evidence=2.0)
+SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000)
 # Two hits whose episode vectors are at least this similar are near-duplicates: the lower one goes.
 DUPLICATE_COSINE = 0.95
 

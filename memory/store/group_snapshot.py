@@ -101,11 +101,6 @@ class GroupSnapshot:
         position = self.positions.get(record_id)
         return None if position is None or self.vectors is None else self.vectors[position]
 
-    def direction(self, record_id: str) -> np.ndarray | None:
-        """The record's unit vector, computed as ``vector / float(norm(vector))`` (the read path's rule)."""
-        position = self.positions.get(record_id)
-        return None if position is None or self.directions is None else self.directions[position]
-
     def derived(self, key: str, build: Callable[[], Any], size: Callable[[Any], int] | None = None) -> Any:
         """A structure built from this snapshot once (the read path's keyword index, names...), kept
         with it and counted in its size."""

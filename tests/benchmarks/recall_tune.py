@@ -46,17 +46,10 @@ from retrieval.search import SEARCH_POLICY, Searcher  # noqa: E402
 from retrieval.types import SearchQuery  # noqa: E402
 
 BASE = PackingPolicy()
-# The weights before the second round of tuning (issue 20): messages of the best-ranked episodes only,
-# names kept in the matched text, a header per piece.
-BEFORE = replace(
-    BASE,
-    select="episodes",
-    strip_names=False,
-    day_headers=False,
-    keyword_weight=0.5,
-    neighbour_share=0.4,
-    speaker_bonus=0.4,
-)
+# The message scoring's weights before the second round of tuning (issue 20), names kept in the matched text.
+ROUND_1: dict[str, Any] = {"strip_names": False, "keyword_weight": 0.5, "neighbour_share": 0.4, "speaker_bonus": 0.4}
+# The context before it: also messages of the best-ranked episodes only, a header per piece.
+BEFORE = replace(BASE, select="episodes", day_headers=False, **ROUND_1)
 # name -> policy. The default first; each other one changes one thing.
 VARIANTS: dict[str, PackingPolicy] = {
     "default": BASE,
@@ -78,15 +71,7 @@ VARIANTS: dict[str, PackingPolicy] = {
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
     "fused only (before issue 20)": replace(SEARCH_BASE, search_evidence=0.0),
-    "evidence 1.0, round-1 scoring": replace(
-        SEARCH_BASE,
-        max_episodes=40,
-        search_evidence=1.0,
-        strip_names=False,
-        keyword_weight=0.5,
-        neighbour_share=0.4,
-        speaker_bonus=0.4,
-    ),
+    "evidence 1.0, round-1 scoring": replace(SEARCH_BASE, max_episodes=40, search_evidence=1.0, **ROUND_1),
     "evidence 1.0, 40 best-ranked episodes": replace(SEARCH_BASE, max_episodes=40, search_evidence=1.0),
     "evidence 2.0, 40 best-ranked episodes": replace(SEARCH_BASE, max_episodes=40),
     "evidence 0.1, every candidate episode": replace(SEARCH_BASE, search_evidence=0.1),
