@@ -250,13 +250,13 @@ class Searcher:
     def load_episodes_with_vectors(
         self, group_id: str, episode_ids: list[str]
     ) -> tuple[dict[str, Episode], dict[str, np.ndarray]]:
-        """Episodes (and summaries) by id with their vectors, in one read."""
+        """Episodes (and summaries) by id with their vectors (a full snapshot's unit vectors), in one read."""
         if not episode_ids:
             return {}, {}
         snapshot = self.snapshot(group_id)
         if snapshot.full:
             episodes = {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
-            vectors = {e: vector for e in episodes if (vector := snapshot.vector(e)) is not None}
+            vectors = {e: vector for e in episodes if (vector := snapshot.direction(e)) is not None}
             return episodes, vectors
         records = self._vectors.records(group_id, ids=episode_ids, embeddings=True)
         records = [record for record in records if record.is_episode]

@@ -1,5 +1,5 @@
 """One group's read snapshot: the columns of every record of its index, and (when "full") the records'
-metadata, vectors, unit vectors and the group's messages (memory.store.snapshots keeps them, per version)."""
+metadata, unit vectors and the group's messages (memory.store.snapshots keeps them, per version)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ class GroupSnapshot:
     sessions: list[SessionInfo]
     full: bool = False
     metadatas: list[dict[str, Any]] | None = None
-    vectors: np.ndarray | None = None  # float32 (records x dimension), as stored
-    directions: np.ndarray | None = None  # each vector / float(np.linalg.norm(vector)): the read path's unit()
+    # Each stored vector / float(np.linalg.norm(vector)), float32 (records x dimension): the read path's
+    # unit(). Every reader wants directions, so the vectors as stored are not kept.
+    directions: np.ndarray | None = None
     messages: dict[str, Message] | None = None  # message record id -> message (full only)
     nbytes: int = 0
     built_s: float = 0.0
@@ -97,9 +98,9 @@ class GroupSnapshot:
         self._episodes[record_id] = episode
         return episode
 
-    def vector(self, record_id: str) -> np.ndarray | None:
+    def direction(self, record_id: str) -> np.ndarray | None:
         position = self.positions.get(record_id)
-        return None if position is None or self.vectors is None else self.vectors[position]
+        return None if position is None or self.directions is None else self.directions[position]
 
     def derived(self, key: str, build: Callable[[], Any], size: Callable[[Any], int] | None = None) -> Any:
         """A structure built from this snapshot once (the read path's keyword index, names...), kept
@@ -180,8 +181,8 @@ def estimate_bytes(snapshot: GroupSnapshot) -> int:
         full += sum(
             232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values()) for metadata in snapshot.metadatas
         )
-    if snapshot.vectors is not None:
-        full += 2 * snapshot.vectors.nbytes
+    if snapshot.directions is not None:
+        full += snapshot.directions.nbytes
     if snapshot.messages:
         full += sum(600 + 2 * len(message.content) for message in snapshot.messages.values())
     return strings + arrays + positions + full

@@ -41,10 +41,15 @@ class LogStore(StorePart):
     def unregister_group(self, group_id: str) -> None:
         self._collections.remove(self._collections.registry(), [codec.registry_record_id(group_id)])
 
-    def _put_document(self, group_id: str, record_id: str, document: str, metadata: dict[str, Any]) -> None:
+    def _put_documents(
+        self, group_id: str, record_ids: list[str], documents: list[str], metadatas: list[dict[str, Any]]
+    ) -> None:
         self._register(group_id)
         self._collections.written_log(group_id).upsert(
-            ids=[record_id], embeddings=codec.placeholders(1), documents=[document], metadatas=[metadata]
+            ids=record_ids,
+            embeddings=codec.placeholders(len(record_ids)),
+            documents=documents,
+            metadatas=cast(Any, metadatas),
         )
         versions.changed(self._collections, group_id)  # speakers' names live in these records
 
@@ -57,7 +62,7 @@ class LogStore(StorePart):
 
     @store_call
     def put_group_config(self, config: GroupConfiguration) -> None:
-        self._put_document(config.group_id, codec.GROUP_RECORD_ID, config.model_dump_json(), {"kind": "group"})
+        self._put_documents(config.group_id, [codec.GROUP_RECORD_ID], [config.model_dump_json()], [{"kind": "group"}])
 
     @store_call
     def get_group_config(self, group_id: str) -> GroupConfiguration | None:
@@ -66,22 +71,21 @@ class LogStore(StorePart):
 
     @store_call
     def put_session_info(self, info: SessionInfo) -> None:
-        metadata = {"kind": "session", "session_id": info.session_id}
-        self._put_document(info.group_id, codec.session_record_id(info.session_id), info.model_dump_json(), metadata)
+        self._put_sessions(info.group_id, [info])
 
     @store_call
     def put_session_infos(self, group_id: str, infos: Sequence[SessionInfo]) -> None:
         """Several sessions' records of one group in one write."""
-        if not infos:
-            return
-        self._register(group_id)
-        self._collections.written_log(group_id).upsert(
-            ids=[codec.session_record_id(info.session_id) for info in infos],
-            embeddings=codec.placeholders(len(infos)),
-            documents=[info.model_dump_json() for info in infos],
-            metadatas=[{"kind": "session", "session_id": info.session_id} for info in infos],
+        if infos:
+            self._put_sessions(group_id, infos)
+
+    def _put_sessions(self, group_id: str, infos: Sequence[SessionInfo]) -> None:
+        self._put_documents(
+            group_id,
+            [codec.session_record_id(info.session_id) for info in infos],
+            [info.model_dump_json() for info in infos],
+            [{"kind": "session", "session_id": info.session_id} for info in infos],
         )
-        versions.changed(self._collections, group_id)
 
     @store_call
     def get_session_info(self, group_id: str, session_id: str) -> SessionInfo | None:

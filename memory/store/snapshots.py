@@ -7,9 +7,10 @@ messages' texts from the log, their vectors) and in rebuilding the same structur
 - always, for every record of the group index, in its stored order: id, document, kind, session,
   episode, message id, event time, speakers, title (columns; what BM25, scope filters and the
   learned names need), and derived structures the read path hangs on it (its keyword index);
-- when the group fits the size limit ("full"): also every record's metadata, its stored vector and
-  that vector's norm, and the group's messages from the log (the exact ``Message`` a context line
-  is printed from), so that a request reads nothing from Chroma but its one vector query;
+- when the group fits the size limit ("full"): also every record's metadata, its unit vector (the
+  stored vector over its norm; the stored one is not kept), and the group's messages from the log
+  (the exact ``Message`` a context line is printed from), so that a request reads nothing from
+  Chroma but its one vector query;
 - the group's configuration and sessions (the names a client set for speakers).
 
 Snapshots are kept per group, least recently used first out, within a byte bound; a group bigger
@@ -223,12 +224,10 @@ class SnapshotCache:
             pages.clear()
             snapshot.full = True
             snapshot.metadatas = metadatas
-            snapshot.vectors = vectors
-            # Row by row, as unit() divides one vector by its norm: the same float32 values as before.
-            directions = np.empty_like(vectors)
+            # Row by row, as unit() divides one vector by its norm: the same float32 values, in place.
             for position, row in enumerate(vectors):
-                directions[position] = row / (float(np.linalg.norm(row)) or 1.0)
-            snapshot.directions = directions
+                vectors[position] = row / (float(np.linalg.norm(row)) or 1.0)
+            snapshot.directions = vectors
             snapshot.messages = _messages(self._collections, log, group_id) if log is not None else {}
         snapshot.nbytes = estimate_bytes(snapshot)
         snapshot.built_s = time.perf_counter() - started

@@ -8,6 +8,10 @@ touches every partition with a session-scoped search and reports its resident me
     python tests/benchmarks/partitions.py            # full: 1,000 sessions x 20 episodes
     python tests/benchmarks/partitions.py --quick    # short form: 20 x 20
     python tests/benchmarks/partitions.py --recycle-after 0   # never restart embedded Chroma (the naive configuration)
+    python tests/benchmarks/partitions.py --sessions 10000 --batch 32   # 200,000 vectors in the group index
+
+``--batch N`` creates N partitions per store call (``upsert_sessions``, the ingest path: each partition
+written, then the group index once for all N) instead of one ``upsert`` per partition.
 """
 
 from __future__ import annotations
@@ -81,18 +85,22 @@ def make_records(number: int, episodes: int, rng: random.Random, nprng: np.rando
     return records
 
 
-def build(store: Store, sessions: int, episodes: int, *, seed: int = 7) -> dict[str, Any]:
-    """Create the partitions; returns creation timings and memory."""
+def build(store: Store, sessions: int, episodes: int, *, batch: int = 1, seed: int = 7) -> dict[str, Any]:
+    """Create the partitions, ``batch`` per store call; returns creation timings (per partition) and memory."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
     store.log.register_group(GROUP)
     times: list[float] = []
     with c.PeakRss() as peak:
-        for number in range(sessions):
-            records = make_records(number, episodes, rng, nprng)
+        for first in range(0, sessions, batch):
+            numbers = range(first, min(first + batch, sessions))
+            records = {session_id(number): make_records(number, episodes, rng, nprng) for number in numbers}
             started = time.perf_counter()
-            store.vectors.upsert(GROUP, session_id(number), records)
-            times.append(time.perf_counter() - started)
+            if batch == 1:
+                store.vectors.upsert(GROUP, session_id(first), records[session_id(first)])
+            else:
+                store.vectors.upsert_sessions(GROUP, records)
+            times.extend([(time.perf_counter() - started) / len(numbers)] * len(numbers))
     return {"creation": c.summary(times), "total_s": sum(times), "peak_rss_mb": peak.peak, "rss_after_mb": c.rss_mb()}
 
 
@@ -181,6 +189,7 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="full sizes (the default)")
     parser.add_argument("--sessions", type=int)
     parser.add_argument("--episodes", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=1, help="partitions created per store call (upsert_sessions)")
     parser.add_argument("--queries", type=int)
     parser.add_argument(
         "--recycle-after", type=int, help="collections touched before embedded Chroma restarts (0 = never)"
@@ -211,10 +220,10 @@ def main() -> None:
         rss_loaded = c.rss_mb()
         c.heading(
             f"partitions: {sessions} sessions x {args.episodes} episodes, "
-            f"recycle after {recycle_after}, max_open {max_open}"
+            f"recycle after {recycle_after}, max_open {max_open}, {args.batch} per store call"
         )
         c.line("rss before / model+store loaded MB", before=rss_start, loaded=rss_loaded)
-        built = build(service.memory.store, sessions, args.episodes)
+        built = build(service.memory.store, sessions, args.episodes, batch=args.batch)
         c.line(
             "creation per partition (ms)",
             p50=built["creation"]["p50"],
