@@ -39,6 +39,7 @@ from memory.ingest.writer import OrderedWriter
 from memory.locks import SessionLocks
 from memory.models import BoundaryReason, Episode, Message, MessageState, Segment, SessionInfo, StoredMessage
 from memory.receipts import AddReceipt
+from memory.store.paging import WRITE_BATCH
 from memory.store.protocols import LogWriter, VectorWriter
 from memory.store.records import VectorRecord
 from memory.text import episode_embedding_text, message_line
@@ -402,6 +403,3 @@ class Ingestor:
     def recover(self) -> list[Episode]:
         """Finish what a crash interrupted: planned episodes, closed segments and idle tails."""
         return self.form(self.unfinished_sessions(), close_tail=False)
-
-
-WRITE_BATCH = 4000  # records per store write

@@ -11,8 +11,8 @@ import numpy as np
 from memory.receipts import DeletionReceipt
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.collections import PAGE
 from memory.store.erasure import ErasureReport
+from memory.store.paging import WRITE_BATCH
 from memory.store.records import VectorRecord
 
 
@@ -121,8 +121,8 @@ class StoreAdmin(StorePart):
         temporary = f"{name}-rebuild"
         self._collections.drop(temporary)  # an earlier attempt that did not finish; the original is intact
         new = client.create_collection(temporary, metadata=metadata, embedding_function=None)
-        for start in range(0, len(records), PAGE):
-            batch = records[start : start + PAGE]
+        for start in range(0, len(records), WRITE_BATCH):
+            batch = records[start : start + WRITE_BATCH]
             new.upsert(
                 ids=[record.id for record in batch],
                 embeddings=np.stack([cast(np.ndarray, record.embedding) for record in batch]),

@@ -17,9 +17,8 @@ from chromadb.api.models.Collection import Collection
 from memory.errors import ModelMismatchError
 from memory.store import codec
 from memory.store.connection import ChromaConnection
+from memory.store.paging import pages
 from memory.store.protocols import Row
-
-PAGE = 5000
 
 
 class Collections:
@@ -85,17 +84,11 @@ class Collections:
 
     def rows(self, collection: Collection, **kwargs: Any) -> Iterator[Row]:
         """Every record (id, document, metadata) matching ``kwargs`` (e.g. ``where``), page by page."""
-        offset = 0
-        while True:
-            page = collection.get(include=["documents", "metadatas"], limit=PAGE, offset=offset, **kwargs)
-            ids = page["ids"]
+        for page in pages(collection, ["documents", "metadatas"], **kwargs):
             for record_id, document, metadata in zip(
-                ids, page["documents"] or [], page["metadatas"] or [], strict=True
+                page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
             ):
                 yield record_id, document or "", dict(metadata or {})
-            if len(ids) < PAGE:
-                return
-            offset += PAGE
 
     @staticmethod
     def remove(collection: Collection, ids: Iterable[str]) -> list[str]:

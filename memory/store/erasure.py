@@ -37,18 +37,19 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import chromadb
 import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.config import Settings as ChromaSettings
 
+from memory.store.paging import pages
+
 log = logging.getLogger("epimem.erasure")
 
 DATABASE = "chroma.sqlite3"
 REBUILD_SUFFIX = "-rebuild"  # the suffix StoreAdmin.finish_rebuilds completes after a crash
-_PAGE = 2000
 _DELETE = 3  # embeddings_queue.operation of a delete (0 add, 1 update, 2 upsert, 3 delete)
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -104,13 +105,8 @@ def rebuild_collection(client: ClientAPI, name: str) -> None:
     if not (metadata and "hnsw:space" in metadata) and space.get("space"):
         configuration = {"hnsw": {"space": space["space"]}}
     new = client.create_collection(temporary, metadata=metadata, configuration=configuration, embedding_function=None)
-    offset = 0
-    while True:
-        page = old.get(include=cast(Any, ["embeddings", "documents", "metadatas"]), limit=_PAGE, offset=offset)
+    for page in pages(old, ["embeddings", "documents", "metadatas"]):
         _copy(new, page)
-        if len(page["ids"]) < _PAGE:
-            break
-        offset += _PAGE
     client.delete_collection(name)
     new.modify(name=name)
 

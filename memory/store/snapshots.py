@@ -34,15 +34,11 @@ import numpy as np
 from memory.models import GroupConfiguration, Message, SessionInfo
 from memory.store import codec, versions
 from memory.store.group_snapshot import GroupSnapshot, columns_snapshot, estimate_bytes
+from memory.store.paging import pages
 from memory.store.versions import Version
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections
-
-# Records per read. Chroma keeps much of what one large read allocated: a group index of 20,000 records read
-# in pages of 5,000 left the process 312 MB larger after the pages were freed, in pages of 1,000 90 MB
-# (partitions.py data, docs/benchmarks-speed.md); the first search's peak fell from 1,013 to 825 MB.
-PAGE = 1000
 
 # Bytes a full snapshot is estimated to hold per record beyond its vector (metadata, message): what
 # decides, from the group's count alone, whether it is read in full.
@@ -198,30 +194,25 @@ class SnapshotCache:
         ids: list[str] = []
         documents: list[str] = []
         metadatas: list[dict[str, Any]] = []
-        pages: list[np.ndarray] = []
+        read: list[np.ndarray] = []  # the vectors, page by page
         include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if full else [])
-        offset = 0
-        while index is not None:
-            page = index.get(include=include, limit=PAGE, offset=offset)
+        for page in pages(index, include) if index is not None else ():
             ids += page["ids"]
             documents += [document or "" for document in page["documents"] or []]
             metadatas += [dict(metadata or {}) for metadata in page["metadatas"] or []]
             if full and page["ids"]:
                 vectors = np.asarray(page["embeddings"], dtype=np.float32)
                 dimension = vectors.shape[1]
-                pages.append(vectors)
-            if len(page["ids"]) < PAGE:
-                break
-            offset += PAGE
+                read.append(vectors)
         if full and count * (FULL_RECORD_BYTES + 4 * dimension) > self.full_group_bytes:
-            full, pages = False, []
+            full, read = False, []
         snapshot = columns_snapshot(group_id, version, ids, documents, metadatas)
         log = self._collections.log(group_id, create=False)
         if log is not None:
             snapshot.config, snapshot.sessions = _group_records(self._collections, log, group_id)
         if full:
-            vectors = np.concatenate(pages) if pages else np.zeros((0, dimension), dtype=np.float32)
-            pages.clear()
+            vectors = np.concatenate(read) if read else np.zeros((0, dimension), dtype=np.float32)
+            read.clear()
             snapshot.full = True
             snapshot.metadatas = metadatas
             # Row by row, as unit() divides one vector by its norm: the same float32 values, in place.

@@ -3,7 +3,7 @@ partition when one session is asked for and from the index otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -12,13 +12,12 @@ from chromadb.api.models.Collection import Collection
 from memory.models import Episode
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.collections import PAGE, Collections
+from memory.store.collections import Collections
 from memory.store.group_snapshot import GroupSnapshot
+from memory.store.paging import WRITE_BATCH, pages
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
 from memory.store.snapshots import SnapshotCache
-
-WRITE_BATCH = 4000  # records per Chroma write (its embedded limit is a little over 5,000)
 
 
 def _columns(records: Sequence[VectorRecord]) -> dict[str, Any]:
@@ -125,15 +124,13 @@ class VectorStore(StorePart):
         if collection is None or (ids is not None and not ids):
             return []  # Chroma refuses an empty id list
         include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if embeddings else [])
+        read: Iterable[Any]
+        if ids is not None:
+            read = [collection.get(include=include, where=where, ids=list(ids))]
+        else:
+            read = pages(collection, include, where=where)
         found: list[VectorRecord] = []
-        offset = 0
-        while True:
-            kwargs: dict[str, Any] = {"include": include, "where": where}
-            if ids is not None:
-                kwargs["ids"] = list(ids)
-            else:
-                kwargs.update(limit=PAGE, offset=offset)
-            page = collection.get(**kwargs)
+        for page in read:
             vectors = page.get("embeddings")
             for position, record_id in enumerate(page["ids"]):
                 found.append(
@@ -144,9 +141,7 @@ class VectorStore(StorePart):
                         embedding=np.asarray(vectors[position], dtype=np.float32) if vectors is not None else None,
                     )
                 )
-            if ids is not None or len(page["ids"]) < PAGE:
-                return found
-            offset += PAGE
+        return found
 
     @store_call
     def episodes(self, group_id: str, *, ids: Ids = None, selection: Selection = None) -> list[Episode]:
