@@ -29,6 +29,11 @@ from tests.benchmarks.benchmark_data import locomo_file  # noqa: E402
 LOCOMO = locomo_file()
 
 
+def disk_mb(folder: Path) -> float:
+    """Bytes the files under ``folder`` take on disk (allocated blocks, as ``du`` counts), in MB."""
+    return sum(path.stat().st_blocks * 512 for path in folder.rglob("*") if path.is_file()) / 2**20
+
+
 def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 

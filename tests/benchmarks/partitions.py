@@ -232,6 +232,7 @@ def main() -> None:
             total_s=built["total_s"],
         )
         c.line("rss during/after creation MB", peak=built["peak_rss_mb"], after=built["rss_after_mb"])
+        c.line("data folder on disk MB", total=c.disk_mb(data_dir), vectors_stored=sessions * args.episodes * 2)
         latencies = search_latencies(service, sessions, queries)
         for name, figures in latencies.items():
             c.line(f"search {name} (ms)", **figures)
