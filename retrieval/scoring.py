@@ -44,7 +44,7 @@ from retrieval.types import ContextQuery, SearchQuery
 Query = ContextQuery | SearchQuery
 
 if TYPE_CHECKING:
-    from retrieval.search import Candidate, Searcher
+    from retrieval.search import Candidate, Loaded, Searcher
 
 _ASKS_WHEN = re.compile(r"^\s*(?:when|what (?:date|day|time|year|month))\b|\bhow long ago\b", re.IGNORECASE)
 # An episode counts its best record fully and each further matching record by this share.
@@ -104,7 +104,9 @@ def episode_standing(candidates: list[Candidate]) -> dict[str, float]:
     return {episode_id: episode_score(items) for episode_id, items in by_episode.items()}
 
 
-def _scoring_attributes(_searcher: Any, group_id: str, _candidates: Any, _query: Any, policy: ScoringPolicy) -> dict:
+def _scoring_attributes(
+    _searcher: Any, group_id: str, _candidates: Any, _query: Any, policy: ScoringPolicy, *_: Any
+) -> dict:
     return {"group_hash": group_hash(group_id), "select": policy.select}
 
 
@@ -115,13 +117,16 @@ def score_messages(
     candidates: list[Candidate],
     query: Query,
     policy: ScoringPolicy,
+    loaded: Loaded | None = None,
 ) -> list[ScoredEpisode]:
-    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores."""
+    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores
+    (``loaded``: episodes and vectors the caller already read)."""
     rows = searcher.group_rows(group_id) if policy.select == "group" else None
     whole_group = rows is not None
     if rows is None:
         standing = episode_standing(candidates)
-        rows = searcher.episode_rows(group_id, sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes])
+        leading = sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes]
+        rows = searcher.episode_rows(group_id, leading, loaded)
     if not len(rows):
         return []
     names = searcher.speaker_names(group_id) if policy.other_names else None

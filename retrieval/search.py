@@ -11,6 +11,7 @@ the read path loops over sessions.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -197,7 +198,7 @@ class Searcher:
         for candidate in candidates:
             by_episode[candidate.episode_id].append(candidate)
         episodes, vectors = self.load_episodes_with_vectors(group_id, list(by_episode))
-        evidence = self.message_evidence(group_id, candidates, query)
+        evidence = self.message_evidence(group_id, candidates, query, Loaded(episodes, vectors))
         now = query.reference_time or utc_now()
         hits: list[SearchHit] = []
         for episode_id, items in by_episode.items():
@@ -238,13 +239,16 @@ class Searcher:
         rewritten = with_ids(query.query, self.speaker_names(group_id))
         return query if rewritten == query.query else query.model_copy(update={"query": rewritten})
 
-    def message_evidence(self, group_id: str, candidates: list[Candidate], query: SearchQuery) -> dict[str, float]:
+    def message_evidence(
+        self, group_id: str, candidates: list[Candidate], query: SearchQuery, loaded: Loaded | None = None
+    ) -> dict[str, float]:
         """Episode id -> the best message score of the episode (retrieval.scoring: the speakers and
-        times the query names, the message's own match, its neighbours'), for the best episodes."""
+        times the query names, the message's own match, its neighbours'), for the best episodes.
+        ``loaded``: the candidates' episodes and vectors this request already read."""
         if self.policy.search_evidence <= 0:
             return {}
         plain = query.model_copy(update={"recency_weight": 0.0})  # recency is applied per episode
-        scored = score_messages(self, group_id, candidates, plain, self.policy)
+        scored = score_messages(self, group_id, candidates, plain, self.policy, loaded)
         return {item.episode.uuid: max(item.scores) for item in scored if item.scores}
 
     def load_episodes_with_vectors(
@@ -296,22 +300,30 @@ class Searcher:
         ids = [snapshot.ids[p] for p in np.flatnonzero(snapshot.kinds == code)]
         return snapshot.derived("message-rows", lambda: self.episode_rows(group_id, ids), lambda rows: rows.nbytes)
 
-    def episode_rows(self, group_id: str, episode_ids: list[str]) -> MessageRows:
-        """The messages of those episodes (not summaries) as scoring rows, with their vectors."""
+    def episode_rows(self, group_id: str, episode_ids: list[str], loaded: Loaded | None = None) -> MessageRows:
+        """The messages of those episodes (not summaries) as scoring rows, with their vectors (those in
+        ``loaded`` are not read again)."""
+        known = loaded or Loaded({}, {})
+        found = {e: known.episodes[e] for e in episode_ids if e in known.episodes}
+        missing = [e for e in episode_ids if e not in found]
+        found |= self.load_episodes(group_id, missing)
         episodes = [
             e
-            for e in self.load_episodes(group_id, episode_ids).values()
+            for e in (found[i] for i in episode_ids if i in found)
             if e.episode_type.value in EPISODE_KINDS and not e.source_episode_ids
         ]
         messages = self.messages_of(group_id, episodes)
         snapshot = self.snapshot(group_id)
         if snapshot.full and snapshot.directions is not None:
             return message_rows(episodes, messages, snapshot.directions, snapshot.positions, snapshot.positions)
-        ids = [e.uuid for e in episodes] + [
+        ids = [e.uuid for e in episodes if e.uuid not in known.vectors] + [
             message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])
         ]
-        read = self._vectors.records(group_id, ids=ids, embeddings=True)
-        vectors = {r.id: unit(r.embedding) for r in read if r.embedding is not None}
+        stored = {e.uuid: known.vectors[e.uuid] for e in episodes if e.uuid in known.vectors}
+        for record in self._vectors.records(group_id, ids=ids, embeddings=True) if ids else ():
+            if record.embedding is not None:
+                stored[record.id] = record.embedding
+        vectors = {record_id: unit(vector) for record_id, vector in stored.items()}
         matrix = np.stack(list(vectors.values())) if vectors else np.zeros((0, 0), dtype=np.float32)
         vector_rows = {record_id: row for row, record_id in enumerate(vectors)}
         return message_rows(episodes, messages, matrix, vector_rows, snapshot.positions)
@@ -321,7 +333,7 @@ class Searcher:
         return index, index.scores(query)
 
     def messages_of(self, group_id: str, episodes: list[Episode]) -> dict[str, list[Message]]:
-        """Source messages of many episodes (from the group's snapshot, else one log read per session),
+        """Source messages of many episodes (from the group's snapshot, else one log read),
         each list in event-time order."""
         snapshot = self.snapshot(group_id) if episodes else None
         if snapshot is not None and snapshot.messages is not None:
@@ -340,7 +352,7 @@ class Searcher:
         wanted: dict[str, list[str]] = defaultdict(list)
         for episode in episodes:
             wanted[episode.session_id] += episode.source_message_ids
-        stored = {session: self._log.get_messages(group_id, session, ids) for session, ids in wanted.items()}
+        stored = self._log.get_messages_of_sessions(group_id, wanted)
         found: dict[str, list[Message]] = {}
         for episode in episodes:
             by_id = stored.get(episode.session_id, {})
@@ -362,6 +374,14 @@ def _speaker_names(snapshot: GroupSnapshot) -> dict[str, set[str]]:
     config = snapshot.config
     metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
     return merge_names(learned, configured_names(metadata))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a request already read for its candidate episodes (by episode id)."""
+
+    episodes: Mapping[str, Episode]
+    vectors: Mapping[str, np.ndarray]
 
 
 def drop_near_duplicates(hits: list[SearchHit], vectors: dict[str, np.ndarray], *, limit: int) -> list[SearchHit]:

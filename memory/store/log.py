@@ -4,12 +4,13 @@ formation leases."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from memory.models import GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
+from memory.store.paging import PAGE
 from memory.store.protocols import Row
 
 
@@ -105,15 +106,26 @@ class LogStore(StorePart):
 
     @store_call
     def get_messages(self, group_id: str, session_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]:
-        log = self._collections.log(group_id, create=False)
-        if log is None or not message_ids:
+        return self._messages(group_id, {session_id: message_ids}).get(session_id, {})
+
+    @store_call
+    def get_messages_of_sessions(
+        self, group_id: str, wanted: Mapping[str, Sequence[str]]
+    ) -> dict[str, dict[str, StoredMessage]]:
+        """Messages of several sessions of one group by id, in one read: session id -> message id -> message."""
+        return self._messages(group_id, wanted)
+
+    def _messages(self, group_id: str, wanted: Mapping[str, Sequence[str]]) -> dict[str, dict[str, StoredMessage]]:
+        ids = [codec.message_record_id(session, m) for session, messages in wanted.items() for m in messages]
+        log = self._collections.log(group_id, create=False) if ids else None
+        if log is None:
             return {}
-        ids = [codec.message_record_id(session_id, message_id) for message_id in message_ids]
-        found = log.get(ids=ids, include=["documents", "metadatas"])
-        result: dict[str, StoredMessage] = {}
-        for document, metadata in zip(found["documents"] or [], found["metadatas"] or [], strict=True):
-            stored = codec.stored_from_log(group_id, document or "", dict(metadata or {}))
-            result[stored.message.id] = stored
+        result: dict[str, dict[str, StoredMessage]] = {}
+        for start in range(0, len(ids), PAGE):
+            found = log.get(ids=ids[start : start + PAGE], include=["documents", "metadatas"])
+            for document, metadata in zip(found["documents"] or [], found["metadatas"] or [], strict=True):
+                stored = codec.stored_from_log(group_id, document or "", dict(metadata or {}))
+                result.setdefault(stored.session_id, {})[stored.message.id] = stored
         return result
 
     @store_call

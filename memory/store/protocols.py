@@ -68,6 +68,10 @@ class LogReader(Protocol):
 
     def get_messages(self, group_id: str, session_id: str, message_ids: Sequence[str]) -> dict[str, StoredMessage]: ...
 
+    def get_messages_of_sessions(
+        self, group_id: str, wanted: Mapping[str, Sequence[str]]
+    ) -> dict[str, dict[str, StoredMessage]]: ...
+
     def list_messages(
         self, group_id: str, session_id: str, *, states: Iterable[MessageState] | None = None
     ) -> list[StoredMessage]: ...
