@@ -85,6 +85,7 @@ def _build(
         auto_flush_pending=settings.auto_flush_pending,
         coordinator=build_coordinator(settings, store, closers),
         generation_concurrency=settings.llm_concurrency if client is not None else 1,
+        idle=timedelta(seconds=settings.idle_seconds),
     )
     summariser = Summariser(
         log=store.log, vectors=store.vectors, embedder=embedder, generator=generator if client is not None else None
@@ -107,7 +108,9 @@ def _build(
         ),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
         transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),
-        worker=FormationWorker(ingestor, scan_interval_s=scan_interval(settings)) if background else None,
+        worker=FormationWorker(ingestor, scan_interval_s=scan_interval(settings), idle_s=settings.idle_seconds)
+        if background
+        else None,
         llm_components=llm_components,
         closers=[closers.close],
     )

@@ -62,6 +62,10 @@ class Hit(BaseModel):
     timestamp: datetime
     score: float
     message_ids: list[str] = Field(description="ids of the source messages")
+    pending: bool = Field(
+        default=False,
+        description="messages stored and recallable but not in an episode yet (the session's open stretch)",
+    )
 
 
 GroupArg = Annotated[str | None, Field(description="group (memory space); omit to use the server's default group")]
@@ -81,6 +85,7 @@ def _hit(hit: Any) -> Hit:
         timestamp=episode.timestamp,
         score=round(float(hit.score), 6),
         message_ids=list(episode.source_message_ids),
+        pending=bool(getattr(hit, "pending", False)),
     )
 
 
@@ -134,9 +139,13 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         session: SessionArg,
         messages: Annotated[list[ChatMessage], Field(min_length=1, description="the messages, oldest first")],
         group: GroupArg = None,
-        flush: Annotated[bool, Field(description="close the session's open episode now")] = False,
+        flush: Annotated[
+            bool, Field(description="form the session's open stretch into episodes now (rarely needed)")
+        ] = False,
     ) -> dict[str, Any]:
-        """Store messages of a conversation in memory (idempotent by message id)."""
+        """Store messages of a conversation in memory (idempotent by message id). They are found by
+        search_memory and get_context as soon as this returns; episodes form on their own when the
+        session goes quiet, so there is no need to flush."""
         batch = [
             Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker, timestamp=m.timestamp)
             if m.timestamp is not None
@@ -165,7 +174,8 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         time: TimeArg = None,
         reference_time: RefTimeArg = None,
     ) -> list[Hit]:
-        """Find the episodes (remembered stretches of conversation) most relevant to a query."""
+        """Find the episodes (remembered stretches of conversation) most relevant to a query; messages
+        not in an episode yet come as their session's open stretch (pending: true)."""
         options = {"k": k, **_scope(sessions, time, reference_time)}
         hits = await tools.run(ctx, group, READ, lambda b, g: b.search(g, query, **options))
         return [_hit(hit) for hit in hits]
@@ -180,7 +190,8 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         time: TimeArg = None,
         reference_time: RefTimeArg = None,
     ) -> dict[str, Any]:
-        """Memory packed for a prompt: cited text within a token budget, in time order."""
+        """Memory packed for a prompt: cited text within a token budget, in time order (messages just
+        added included; their citations say pending: true)."""
         options = {"token_budget": token_budget, **_scope(sessions, time, reference_time)}
         result = await tools.run(ctx, group, READ, lambda b, g: b.context(g, query, **options))
         return dict(result.model_dump(mode="json"))

@@ -39,6 +39,7 @@ from memory.errors import InvalidInputError, NotFoundError, StoreUnavailableErro
 from memory.models import GroupConfiguration, SessionInfo, UtcDatetime
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.timeutil import utc_now
+from retrieval.pending import is_open_episode_id
 from retrieval.types import MAX_TIMELINE_LIMIT, ContextQuery, ContextResult, Direction, SearchQuery, TimelinePage
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from EPIMEM_API_KEYS_FILE (not needed in local mode)")
@@ -162,7 +163,7 @@ def get_episode(
 ) -> EpisodeOut:
     episode = service.get_episode(group_id, session_id, episode_id)
     messages = service.episode_messages(group_id, episode) if expand == "messages" else None
-    return EpisodeOut(episode=episode, messages=messages)
+    return EpisodeOut(episode=episode, messages=messages, pending=is_open_episode_id(episode.uuid))
 
 
 @v1.delete(

@@ -43,6 +43,11 @@ class EpisodesOut(BaseModel):
 class EpisodeOut(BaseModel):
     episode: Episode
     messages: list[Message] | None = Field(default=None, description="source messages, with `?expand=messages`")
+    pending: bool = Field(
+        default=False,
+        description="a session's open episode (its id from a pending search hit or citation): messages not in an "
+        "episode yet, shown as one; it is replaced by real episodes once the session's segment closes",
+    )
 
 
 class SessionInfoIn(ValidUnicode):

@@ -92,6 +92,19 @@ class Settings(BaseSettings):
     auto_flush_pending: int = Field(
         default=24, ge=1, description="Pending messages in a session that trigger episode formation."
     )
+    episode_idle_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="A session none of whose pending messages arrived in this many seconds is formed whole in the "
+        "background (boundary reason 'idle'); by arrival time, not the messages' own timestamps. "
+        "Default: episode_time_gap_minutes x 60.",
+    )
+
+    @property
+    def idle_seconds(self) -> float:
+        return (
+            self.episode_idle_seconds if self.episode_idle_seconds is not None else self.episode_time_gap_minutes * 60
+        )
 
     # HTTP surface.
     api_keys_file: Path | None = None

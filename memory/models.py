@@ -99,6 +99,8 @@ class BoundaryReason(StrEnum):
     FLUSH = "flush"
     END_OF_SESSION = "end_of_session"
     LLM = "llm"
+    IDLE = "idle"  # the session went quiet: no message arrived for EPIMEM_EPISODE_IDLE_SECONDS
+    OPEN = "open"  # not an episode yet: a session's pending messages, as the read path shows them
 
 
 class Message(Frozen):

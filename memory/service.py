@@ -119,6 +119,8 @@ class MemoryService:
     def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
         with self._gate.shared(group_id):
             receipt = self._ingestor.add_messages(group_id, session_id, messages)
+        if self._worker is not None and receipt.accepted:
+            self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
             if self._worker is not None:
                 self._worker.submit(group_id, session_id)
@@ -147,7 +149,10 @@ class MemoryService:
         for group_id in self.store.log.list_groups():
             if self._summariser.rollback_unfinished(group_id):
                 self._changed(group_id)
-        return self._ingestor.recover()
+        formed = self._ingestor.recover()
+        if self._worker is not None:  # what is still pending closes once it has been quiet for long enough
+            self._worker.watch(self._ingestor.unfinished_sessions())
+        return formed
 
     # -- groups, sessions, messages (reads of the log) -------------------------------------------------
 
@@ -247,6 +252,7 @@ class MemoryService:
         target = group_id or contents.group_id
         with self._alone(target, contents.session_ids):
             receipt = self._transfer.import_(contents, group_id=target)
+            self._ingestor.index_unindexed(target, contents.session_ids)  # a file without pending messages' vectors
         self._changed(target)
         return receipt
 

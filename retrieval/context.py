@@ -32,6 +32,7 @@ from memory.text import message_line
 from memory.timeutil import format_date, to_utc
 from memory.tracing import read_attributes, traced
 from retrieval.names import named_in
+from retrieval.pending import is_pending
 from retrieval.scoring import ScoringPolicy, score_messages
 from retrieval.search import Candidate, Searcher
 from retrieval.types import Citation, ContextQuery, ContextResult
@@ -96,6 +97,7 @@ class _Piece:
             session_id=self.episode.session_id,
             timestamp=self.messages[indices[0]].timestamp,
             message_ids=[self.messages[i].id for i in indices],
+            pending=is_pending(self.episode),
         )
 
 

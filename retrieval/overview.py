@@ -5,14 +5,15 @@ real time axis without loading the whole group. From metadata only."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from memory.models import GroupConfiguration, SessionInfo
+from memory.models import GroupConfiguration, MessageState, SessionInfo
 from memory.store.protocols import LogReader, VectorReader
-from memory.store.records import EPISODE_KINDS
+from memory.store.records import EPISODE_KINDS, open_episode_id
 from memory.timeutil import from_epoch, to_epoch
 from retrieval.search import resolve_window, scope_filter
 from retrieval.types import Scope
@@ -22,6 +23,10 @@ class SessionStats(BaseModel):
     session: SessionInfo
     messages: int
     episodes: int
+    pending: int = Field(default=0, description="messages stored and recallable, not in an episode yet")
+    open_episode_id: str | None = Field(
+        default=None, description="id of the session's open episode (its pending messages), when it has one"
+    )
     first: datetime | None = Field(description="earliest message or episode time")
     last: datetime | None = Field(description="latest message or episode time")
 
@@ -33,6 +38,7 @@ class GroupStats(BaseModel):
     sessions: int
     messages: int
     episodes: int
+    pending: int = Field(default=0, description="messages stored and recallable, not in an episode yet")
     first: datetime | None = None
     last: datetime | None = None
 
@@ -58,21 +64,24 @@ class Overview:
         self._log = log
         self._vectors = vectors
 
-    def _times(self, group_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-        """Message and episode times per session."""
+    def _times(self, group_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]], Counter[str]]:
+        """Message and episode times per session, and the pending messages per session."""
         messages: dict[str, list[float]] = {}
+        pending: Counter[str] = Counter()
         for _, _, meta in self._log.records(group_id, "message"):
             messages.setdefault(str(meta["session_id"]), []).append(float(meta["ts"]))
+            if meta.get("state") == MessageState.PENDING.value:
+                pending[str(meta["session_id"])] += 1
         episodes: dict[str, list[float]] = {}
         for record in self._vectors.records(group_id, selection=scope_filter(Scope(), kinds=EPISODE_KINDS)):
             episodes.setdefault(record.session_id, []).append(record.timestamp)
-        return messages, episodes
+        return messages, episodes, pending
 
     def group(self, group_id: str) -> tuple[GroupStats, list[SessionStats]]:
         """The group's counts, and its sessions' (oldest first)."""
         config = self._log.get_group_config(group_id) or GroupConfiguration(group_id=group_id)
         infos = self._log.list_sessions(group_id)
-        messages, episodes = self._times(group_id)
+        messages, episodes, pending = self._times(group_id)
         sessions = []
         for info in infos:
             first, last = _span(messages.get(info.session_id, []) + episodes.get(info.session_id, []))
@@ -81,6 +90,8 @@ class Overview:
                     session=info,
                     messages=len(messages.get(info.session_id, [])),
                     episodes=len(episodes.get(info.session_id, [])),
+                    pending=pending[info.session_id],
+                    open_episode_id=open_episode_id(info.session_id) if pending[info.session_id] else None,
                     first=first,
                     last=last,
                 )
@@ -93,6 +104,7 @@ class Overview:
             sessions=len(infos),
             messages=sum(len(v) for v in messages.values()),
             episodes=sum(len(v) for v in episodes.values()),
+            pending=sum(pending.values()),
             first=first,
             last=last,
         )

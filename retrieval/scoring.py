@@ -176,6 +176,8 @@ def row_scores(
         blend = (rows.episode_vectors >= 0) & (norms > 0)
         share = policy.episode_centroid
         episode_cosine = np.where(blend, (1 - share) * episode_cosine + share * centroid, episode_cosine)
+        # An open episode (retrieval.pending) has no vector of its own: its messages' centroid is its direction.
+        episode_cosine = np.where((rows.episode_vectors < 0) & (norms > 0), centroid, episode_cosine)
     own = message_cosine + policy.keyword_weight * lexical(rows.message_keywords)
     topic = episode_cosine + policy.keyword_weight * lexical(rows.episode_keywords)
     neighbour = np.full(len(rows), -np.inf)

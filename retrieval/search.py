@@ -21,12 +21,20 @@ from memory.embedding.embedder import Embedder
 from memory.models import Episode, Message
 from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
 from memory.store.protocols import LogReader, VectorReader
-from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord, message_record_id
+from memory.store.records import (
+    EPISODE_KINDS,
+    RecordFilter,
+    RecordKind,
+    VectorRecord,
+    is_open_episode_id,
+    message_record_id,
+)
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
 from retrieval.names import configured_names, learned_names, merge_names, with_ids
+from retrieval.pending import is_pending, open_episodes
 from retrieval.scoring import ScoringPolicy, episode_score, recency_factor, score_messages, unit
 from retrieval.timewindow import TimeWindow, parse_time_window
 from retrieval.types import ContextQuery, Order, Scope, ScoreComponents, SearchHit, SearchQuery
@@ -220,6 +228,7 @@ class Searcher:
                         recency=recency,
                     ),
                     matched_message_ids=[item.record.message_id for item in items if item.is_message],
+                    pending=is_pending(episode),
                 )
             )
         hits.sort(key=lambda hit: (-hit.score, hit.episode.uuid))
@@ -251,32 +260,51 @@ class Searcher:
         scored = score_messages(self, group_id, candidates, plain, self.policy, loaded)
         return {item.episode.uuid: max(item.scores) for item in scored if item.scores}
 
+    def open_episodes(self, group_id: str) -> dict[str, Episode]:
+        """Each session's pending messages as its open episode (retrieval.pending), by id; kept with
+        the group's snapshot."""
+        snapshot = self.snapshot(group_id)
+        return snapshot.derived("open-episodes", lambda: open_episodes(snapshot, self._log))
+
+    def _split_open(self, group_id: str, episode_ids: list[str]) -> tuple[dict[str, Episode], list[str]]:
+        """The open episodes among ``episode_ids``, and the other ids."""
+        if not any(is_open_episode_id(e) for e in episode_ids):
+            return {}, episode_ids
+        found = self.open_episodes(group_id)
+        return {e: found[e] for e in episode_ids if e in found}, [e for e in episode_ids if not is_open_episode_id(e)]
+
     def load_episodes_with_vectors(
         self, group_id: str, episode_ids: list[str]
     ) -> tuple[dict[str, Episode], dict[str, np.ndarray]]:
-        """Episodes (and summaries) by id with their vectors (a full snapshot's unit vectors), in one read."""
+        """Episodes (and summaries, and open episodes, which have no vector) by id with their vectors
+        (a full snapshot's unit vectors), in one read."""
+        opened, episode_ids = self._split_open(group_id, episode_ids)
         if not episode_ids:
-            return {}, {}
+            return opened, {}
         snapshot = self.snapshot(group_id)
         if snapshot.full:
             episodes = {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
             vectors = {e: vector for e in episodes if (vector := snapshot.direction(e)) is not None}
-            return episodes, vectors
+            return opened | episodes, vectors
         records = self._vectors.records(group_id, ids=episode_ids, embeddings=True)
         records = [record for record in records if record.is_episode]
         episodes = {record.id: record.episode() for record in records}
-        return episodes, {record.id: record.embedding for record in records if record.embedding is not None}
+        return opened | episodes, {record.id: record.embedding for record in records if record.embedding is not None}
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]:
+        opened, episode_ids = self._split_open(group_id, episode_ids)
         if not episode_ids:
-            return {}
+            return opened
         snapshot = self.snapshot(group_id)
         if snapshot.full:
-            return {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
-        return {e.uuid: e for e in self._vectors.episodes(group_id, ids=episode_ids)}
+            return opened | {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
+        return opened | {e.uuid: e for e in self._vectors.episodes(group_id, ids=episode_ids)}
 
     def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode | None:
-        """An episode or summary of one session by id."""
+        """An episode or summary of one session by id (or the session's open episode by its id)."""
+        if is_open_episode_id(episode_id):
+            opened = self.open_episodes(group_id).get(episode_id)
+            return opened if opened is not None and opened.session_id == session_id else None
         selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
         found = self._vectors.episodes(group_id, ids=[episode_id], selection=selection)
         return found[0] if found else None
@@ -298,6 +326,7 @@ class Searcher:
             return None
         code = KIND_CODE[RecordKind.EPISODE.value]
         ids = [snapshot.ids[p] for p in np.flatnonzero(snapshot.kinds == code)]
+        ids += sorted(self.open_episodes(group_id))  # before ``derived``: its lock is held while it builds
         return snapshot.derived("message-rows", lambda: self.episode_rows(group_id, ids), lambda rows: rows.nbytes)
 
     def episode_rows(self, group_id: str, episode_ids: list[str], loaded: Loaded | None = None) -> MessageRows:

@@ -73,6 +73,11 @@ class SearchHit(BaseModel):
     components: ScoreComponents
     matched_message_ids: list[str] = Field(default_factory=list)
     messages: list[Message] | None = None
+    pending: bool = Field(
+        default=False,
+        description="the hit is a session's open episode: messages stored and recallable, not in an episode yet "
+        "(its episode's boundary_reason is 'open'; it becomes a real episode once the session's segment closes)",
+    )
 
 
 class TimelinePage(BaseModel):
@@ -85,6 +90,9 @@ class Citation(BaseModel):
     session_id: str
     timestamp: datetime
     message_ids: list[str]
+    pending: bool = Field(
+        default=False, description="the messages are not in an episode yet (episode_id is the session's open episode)"
+    )
 
 
 class ContextResult(BaseModel):

@@ -39,6 +39,7 @@ def hit_metadata(hit: SearchHit) -> dict[str, Any]:
         "score": float(hit.score),
         "source_message_ids": list(episode.source_message_ids),
         "title": episode.title,
+        "pending": hit.pending,
     }
 
 
@@ -68,6 +69,7 @@ def citation_metadata(citation: Citation | None) -> dict[str, Any]:
         "session_id": citation.session_id,
         "timestamp": citation.timestamp.isoformat(),
         "source_message_ids": list(citation.message_ids),
+        "pending": citation.pending,
     }
 
 

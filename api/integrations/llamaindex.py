@@ -107,7 +107,11 @@ class EpimemMemoryBlock(BaseMemoryBlock[str]):
     group_id: str
     session_id: str | None = Field(default=None, description="default: the Memory's session id")
     token_budget: int = Field(default=500, ge=16)
-    flush: bool = Field(default=True, description="form episodes right away from what is put")
+    flush: bool = Field(
+        default=False,
+        description="form episodes right away from what is put (not needed: what is put is recalled at once, and "
+        "episodes form when the session goes quiet)",
+    )
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         latest = next((m for m in reversed(messages or []) if m.content), None)

@@ -132,6 +132,7 @@
         h("li", {}, h("strong", {}, totals.sessions), " sessions"),
         h("li", {}, h("strong", {}, totals.messages), " messages"),
         h("li", {}, h("strong", {}, totals.episodes), " episodes"),
+        totals.pending ? h("li", {}, h("strong", {}, totals.pending), " not yet in an episode") : null,
         h("li", {}, fmtTime(totals.first), " → ", fmtTime(totals.last))),
       Object.keys(totals.metadata || {}).length ? h("p", { class: "muted" }, "Metadata: ", jsonText(totals.metadata)) : null);
     if (!data.sessions.length) {
@@ -144,12 +145,14 @@
         h("th", { scope: "row" }, h("a", { href: route("g", group, "timeline") + "?session=" + encodeURIComponent(info.session_id) },
           info.title || info.session_id), info.title ? h("div", { class: "sub" }, info.session_id) : null),
         h("td", { class: "num" }, item.messages), h("td", { class: "num" }, item.episodes),
+        h("td", { class: "num" }, item.pending ? h("a", { class: "pending-link", title: "messages not in an episode yet",
+          href: route("g", group, "s", info.session_id, "e", item.open_episode_id) }, item.pending) : "0"),
         h("td", {}, fmtTime(item.first)), h("td", {}, fmtTime(item.last)),
         h("td", {}, [...info.user_ids, ...info.agent_ids].join(", ") || "—"),
         h("td", { class: "mono" }, jsonText(info.metadata)));
     });
     render(group, heading,
-      table("Sessions of " + group, ["Session", "Messages", "Episodes", "First", "Last", "People", "Metadata"], rows),
+      table("Sessions of " + group, ["Session", "Messages", "Episodes", "Not yet in an episode", "First", "Last", "People", "Metadata"], rows),
       pager(offset, data.next_offset, (next) => sessionsView(ctx, group, next).catch(showError)));
   }
 

@@ -141,6 +141,9 @@ const BOUNDARY_WORDS = {
   flush: "an explicit flush",
   end_of_session: "the end of the session",
   llm: "the LLM segmenter chose this boundary",
+  idle: "the session went quiet (no message arrived for a while)",
+  open: "not an episode yet: the session's newest messages, found by search and context already; they become "
+    + "episodes when the session goes quiet, a topic closes or the session is flushed",
 };
 
 function emptyState(title, text) {

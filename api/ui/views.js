@@ -142,7 +142,8 @@
     "Delete message") : null));
     ctx.render(ep.title,
       h("p", {}, h("a", { href: ctx.route("g", group, "timeline") + "?session=" + encodeURIComponent(session) }, "← Timeline of " + session)),
-      h("article", { class: "card" },
+      h("article", { class: "card" + (data.pending ? " pending" : "") },
+        data.pending ? h("p", { class: "badge", id: "pending-note" }, "Open stretch — not an episode yet") : null,
         h("h1", {}, ep.title),
         metaList([
           ["Time", fmtTime(ep.timestamp)], ["Session", ep.session_id], ["Kind", ep.episode_type],
@@ -151,7 +152,7 @@
           ["Messages", ep.message_count], ["Stored", fmtTime(ep.created_at)], ["Id", ep.uuid],
           ["Summarised by", ep.summarised_by]]),
         h("p", { class: "content" }, ep.content),
-        ctx.canDelete() ? h("button", { type: "button", class: "danger", id: "delete-episode",
+        ctx.canDelete() && !data.pending ? h("button", { type: "button", class: "danger", id: "delete-episode",
           onclick: () => remove(ctx, group, `episode “${ep.title}”`, "The episode and the messages it was made of are deleted.",
             gs(group, session) + "/episodes/" + encodeURIComponent(ep.uuid), receipt) }, "Delete episode") : null),
       receipt,
@@ -199,7 +200,8 @@
     return [h("p", { class: "muted" }, plural(hits.length, "hit")), h("ol", { class: "hits" }, hits.map((hit) => h("li", { class: "card hit" },
       h("div", { class: "hit-head" }, h("a", { href: episodeHref(ctx, group, hit.episode) }, hit.episode.title),
         h("span", { class: "score", title: "final score" }, hit.score.toFixed(3))),
-      h("div", { class: "sub" }, `${fmtTime(hit.episode.timestamp)} · ${hit.episode.session_id} · ${hit.episode.generation}`),
+      h("div", { class: "sub" }, `${fmtTime(hit.episode.timestamp)} · ${hit.episode.session_id} · `
+        + (hit.pending ? "pending: not in an episode yet" : hit.episode.generation)),
       h("p", {}, hit.episode.content.length > 280 ? hit.episode.content.slice(0, 280) + "…" : hit.episode.content),
       h("div", { class: "components", title: "bars: relative to the best hit (vector and recency: out of 1)" },
         bar("vector", hit.components.vector, 1), bar("keyword", hit.components.keyword, top("keyword")),

@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 
 import numpy as np
 
@@ -41,7 +42,7 @@ from memory.models import BoundaryReason, Episode, Message, MessageState, Segmen
 from memory.receipts import AddReceipt
 from memory.store.paging import WRITE_BATCH
 from memory.store.protocols import LogWriter, VectorWriter
-from memory.store.records import VectorRecord
+from memory.store.records import RecordFilter, RecordKind, VectorRecord, message_record_id
 from memory.text import episode_embedding_text, message_line
 from memory.timeutil import utc_now
 
@@ -64,6 +65,7 @@ class Ingestor:
         auto_flush_pending: int = 24,
         coordinator: Coordinator | None = None,
         generation_concurrency: int = 1,
+        idle: timedelta = timedelta(minutes=30),
     ) -> None:
         self._log = log
         self._vectors = vectors
@@ -73,6 +75,7 @@ class Ingestor:
         self._segmenter = segmenter
         self._generation_concurrency = generation_concurrency
         self._auto_flush_pending = auto_flush_pending
+        self._idle = idle  # a session whose newest message arrived this long ago is formed whole
         # Formation and deletion are exclusive per session (across servers with a lease coordinator);
         # adds only serialise among themselves, so a slow formation (LLM) never delays an add.
         self._coordinator = coordinator or LocalCoordinator()
@@ -88,42 +91,85 @@ class Ingestor:
     # -- messages in --------------------------------------------------------------------
 
     def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
-        """Store messages durably. Idempotent by id: the same id and content again is a duplicate,
-        the same id with other content is a conflict (and nothing of the batch is written)."""
+        """Store messages durably and make them recallable at once. Idempotent by id: the same id and
+        content again is a duplicate, the same id with other content is a conflict (and nothing of
+        the batch is written).
+
+        Each new message's vector record (under its session's open episode) is written before its
+        log record: formation takes its messages from the log, so it never forms a message whose
+        open vector could still land after (and over) the one formation writes."""
         ids = unique_ids(messages)
         with self._add_locks.hold([(group_id, session_id)]), self.timings.stage("store_messages"):
             existing = self._log.get_messages(group_id, session_id, ids)
             conflicts = [m.id for m in messages if m.id in existing and not same_message(existing[m.id].message, m)]
             if conflicts:
                 raise ConflictError("message ids already exist with different content", details={"ids": conflicts[:20]})
-            new = [m for m in messages if m.id not in existing]
             if self._log.get_session_info(group_id, session_id) is None:
                 self._log.put_session_info(SessionInfo(group_id=group_id, session_id=session_id))
             base = time.time_ns()
             received = utc_now()
+            new = [
+                StoredMessage(
+                    group_id=group_id, session_id=session_id, message=m, received_at=received, sequence=base + i
+                )
+                for i, m in enumerate(m for m in messages if m.id not in existing)
+            ]
+            self._index(group_id, session_id, new)
             # Insert, never overwrite: a message that a formation already moved on stays as it is.
-            self._log.insert_messages(
-                group_id,
-                [
-                    StoredMessage(
-                        group_id=group_id, session_id=session_id, message=m, received_at=received, sequence=base + i
-                    )
-                    for i, m in enumerate(new)
-                ],
-            )
+            self._log.insert_messages(group_id, new)
             if new and self._coordinator.distributed:
                 # Another server may have inserted the same id first, with other content.
-                stored = self._log.get_messages(group_id, session_id, [m.id for m in new])
-                lost = [m.id for m in new if m.id not in stored or not same_message(stored[m.id].message, m)]
+                stored = self._log.get_messages(group_id, session_id, [s.message.id for s in new])
+                lost = [
+                    s.message.id
+                    for s in new
+                    if s.message.id not in stored or not same_message(stored[s.message.id].message, s.message)
+                ]
                 if lost:
+                    self._index(group_id, session_id, [stored[i] for i in lost if i in stored])  # theirs, not ours
                     raise ConflictError(
                         "a concurrent request stored these message ids first, with different content",
                         details={"ids": lost[:20]},
                     )
             pending = self._log.count_messages(group_id, session_id, states=[MessageState.PENDING])
         return AddReceipt(
-            accepted=[m.id for m in new], duplicates=[m.id for m in messages if m.id in existing], pending=pending
+            accepted=[s.message.id for s in new],
+            duplicates=[m.id for m in messages if m.id in existing],
+            pending=pending,
         )
+
+    def _index(self, group_id: str, session_id: str, stored: Sequence[StoredMessage]) -> None:
+        """Embed messages and write their vector records (partition and group index): what makes a
+        message found by search and context before it belongs to an episode."""
+        if not stored:
+            return
+        with self.timings.stage("embedding"):
+            vectors = self._embedder.embed_batch([message_line(s.message) for s in stored])
+        records = [VectorRecord.of_message(s, vector) for s, vector in zip(stored, vectors, strict=True)]
+        for start in range(0, len(records), WRITE_BATCH):
+            self._vectors.upsert(group_id, session_id, records[start : start + WRITE_BATCH])
+
+    def index_unindexed(self, group_id: str, session_ids: Iterable[str]) -> int:
+        """Write the vector records that pending messages lack (stored by an import of a file without
+        them, or by a version before live memory): they are recalled from then on. Returns how many."""
+        written = 0
+        for session_id in session_ids:
+            with self._add_locks.hold([(group_id, session_id)]):
+                pending = self._log.list_messages(group_id, session_id, states=[MessageState.PENDING])
+                known = self._stored_vectors(group_id, session_id, [s.message for s in pending])
+                missing = [s for s in pending if s.message.id not in known]
+                self._index(group_id, session_id, missing)
+                written += len(missing)
+        return written
+
+    def _stored_vectors(self, group_id: str, session_id: str, messages: Sequence[Message]) -> dict[str, np.ndarray]:
+        """Message id -> the vector its record holds (written when it was added)."""
+        if not messages:
+            return {}
+        by_record = {message_record_id(session_id, m.id): m.id for m in messages}
+        selection = RecordFilter(session_ids=(session_id,), kinds=(RecordKind.MESSAGE,))
+        records = self._vectors.records(group_id, ids=list(by_record), selection=selection, embeddings=True)
+        return {by_record[r.id]: r.embedding for r in records if r.embedding is not None and r.id in by_record}
 
     def add_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> None:
         """``add_messages`` for several sessions of one group at once: one read of the group's
@@ -201,8 +247,8 @@ class Ingestor:
         return self.form([(group_id, session_id)], close_tail=True, final_reason=reason)
 
     def form_closed(self, group_id: str, session_id: str) -> list[Episode]:
-        """Form the segments that a later cut has closed; the open tail stays pending,
-        unless it is full or idle for longer than the time gap."""
+        """Form the segments that a later cut has closed; the open tail stays pending, unless it is
+        full or the session is idle (no message arrived for ``idle``)."""
         return self.form([(group_id, session_id)], close_tail=False)
 
     def form(
@@ -259,6 +305,11 @@ class Ingestor:
             found[1] if found is not None and found[0] == text else None
             for found, text in zip(known, texts, strict=True)
         ]
+        if any(vector is None for vector in vectors):  # embedded when they were added (live memory)
+            stored = self._stored_vectors(
+                group_id, session_id, [m for m, v in zip(pending, vectors, strict=True) if v is None]
+            )
+            vectors = [v if v is not None else stored.get(m.id) for m, v in zip(pending, vectors, strict=True)]
         todo = [position for position, vector in enumerate(vectors) if vector is None]
         if todo:
             with self.timings.stage("embedding"):
@@ -270,7 +321,7 @@ class Ingestor:
         with self.timings.stage("segmentation"):
             segments = self._segmenter.segment(pending, vectors=matrix, final_reason=final_reason)
         if not close_tail:
-            segments = self._closed(segments)
+            segments = self._closed(segments, {s.message.id: s for s in unfinished})
         jobs = [
             GenerationJob(segment, group_id, session_id, episode_id_for(group_id, session_id, segment.message_ids))
             for segment in segments
@@ -289,16 +340,24 @@ class Ingestor:
         ]
         return resumed + jobs, found_vectors, plans
 
-    def _closed(self, segments: list[Segment]) -> list[Segment]:
-        """The segments a later cut has closed; the open tail too when it is full or idle."""
+    def _closed(self, segments: list[Segment], stored: Mapping[str, StoredMessage]) -> list[Segment]:
+        """The segments a later cut has closed; the open tail too when it is full, or when the session
+        went quiet: none of its messages *arrived* in the last ``idle`` (their own timestamps may be
+        anything: an import of last year's chat is not idle the moment it arrives)."""
         if not segments:
             return segments
         tail = segments[-1]
         if len(tail.messages) >= self._policy.max_messages:
             return [*segments[:-1], tail.model_copy(update={"boundary_reason": BoundaryReason.MAX_SIZE})]
-        if utc_now() - tail.messages[-1].timestamp > self._policy.time_gap:
-            return [*segments[:-1], tail.model_copy(update={"boundary_reason": BoundaryReason.TIME_GAP})]
+        arrived = max(stored[m.id].received_at for m in tail.messages)
+        if utc_now() - arrived >= self._idle:
+            return [*segments[:-1], tail.model_copy(update={"boundary_reason": BoundaryReason.IDLE})]
         return segments[:-1]
+
+    def newest_pending_arrival(self, group_id: str, session_id: str) -> datetime | None:
+        """When the session's newest pending message arrived (None: nothing pending)."""
+        pending = self._log.list_messages(group_id, session_id, states=[MessageState.PENDING])
+        return max((s.received_at for s in pending), default=None)
 
     def _write_plans(self, plans: Mapping[str, list[StoredMessage]]) -> None:
         """Step 1: record which episode each message goes to, before any episode is written (one

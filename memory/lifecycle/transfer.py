@@ -17,7 +17,7 @@ import numpy as np
 from memory.embedding.embedder import Embedder
 from memory.errors import ConflictError, InvalidInputError
 from memory.lifecycle.export_format import FORMAT, VERSION, ExportContents, line, model_identity
-from memory.models import Episode, MessageState, StoredMessage, check_scope_id
+from memory.models import Episode, StoredMessage, check_scope_id
 from memory.receipts import ImportReceipt
 from memory.store.protocols import LogWriter, VectorWriter
 from memory.store.records import RecordKind, VectorRecord
@@ -164,6 +164,6 @@ def _planned(item: Episode | tuple[str, str], regroup: Any, by_key: dict[tuple[s
         episode = regroup(item)
         return episode.session_id, VectorRecord.of_episode(episode), episode_embedding_text(episode)
     stored = by_key.get(item)
-    if stored is None or stored.state is not MessageState.DONE:
-        raise InvalidInputError(f"a message vector names a message the file does not hold as done: {item[1]!r}")
+    if stored is None:  # pending messages have vectors too (found before they are in an episode)
+        raise InvalidInputError(f"a message vector names a message the file does not hold: {item[1]!r}")
     return stored.session_id, VectorRecord.of_message(stored), message_line(stored.message)

@@ -62,6 +62,19 @@ def message_record_id(session_id: str, message_id: str) -> str:
     return f"m-{digest(session_id, message_id)[:40]}"
 
 
+OPEN_EPISODE_PREFIX = "open-"
+
+
+def open_episode_id(session_id: str) -> str:
+    """The id under which a session's pending messages (not in an episode yet) are found: their
+    vector records name it as their episode until formation names the real one."""
+    return f"{OPEN_EPISODE_PREFIX}{digest(session_id)[:40]}"
+
+
+def is_open_episode_id(episode_id: str) -> bool:
+    return episode_id.startswith(OPEN_EPISODE_PREFIX)
+
+
 def session_record_id(session_id: str) -> str:
     return f"s-{digest(session_id)[:40]}"
 
@@ -129,14 +142,17 @@ def episode_from_record(document: str, metadata: dict[str, Any]) -> Episode:
 
 
 def message_vector_metadata(stored: StoredMessage) -> dict[str, Any]:
+    """A message's vector record: the episode it is (being) formed into, the session's open episode
+    while it is pending."""
     message = stored.message
+    formed = stored.state is not MessageState.PENDING and stored.episode_id
     return clean_metadata(
         {
             "kind": "message",
             "group_id": stored.group_id,
             "session_id": stored.session_id,
             "message_id": message.id,
-            "episode_id": stored.episode_id,
+            "episode_id": stored.episode_id if formed else open_episode_id(stored.session_id),
             "ts": to_epoch(message.timestamp),
             "role": message.role.value,
             "producer_id": message.producer_id,

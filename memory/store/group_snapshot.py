@@ -50,7 +50,7 @@ class GroupSnapshot:
     _episodes: dict[str, Episode] = field(default_factory=dict)
     _derived: dict[str, Any] = field(default_factory=dict)
     _derived_bytes: dict[str, int] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # a build may need another derived value
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -140,6 +140,7 @@ class LogStore(StorePart):
         concurrent duplicate never overwrites a record whose state has moved on (FORMING, DONE)."""
         if messages:
             self._collections.written_log(group_id).add(**codec.log_columns(list(messages)))
+            versions.changed(self._collections, group_id)  # pending messages are read at once (live memory)
 
     @store_call
     def set_states(self, group_id: str, messages: Sequence[StoredMessage]) -> None:

@@ -25,6 +25,9 @@ EPISODE_KINDS = (RecordKind.EPISODE, RecordKind.SUMMARY)
 
 # The id of a message's vector record (and of its log record), from its session and message id.
 message_record_id = codec.message_record_id
+# The episode id a session's pending messages carry until they are formed (memory.store.codec).
+open_episode_id = codec.open_episode_id
+is_open_episode_id = codec.is_open_episode_id
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,15 @@ def test_memory_block_stores_what_leaves_the_buffer_and_recalls_it(url: str) -> 
         assert stored, "nothing left the short-term buffer into epimem"
         assert stored[0].content == turns[0][1] and stored[0].role == Role.USER
         assert stored[1].role == Role.ASSISTANT
-        assert client.timeline("team-a", session_id="chat-7").episodes  # flushed into episodes
+        # Nothing flushed, no episode formed yet: what left the buffer is recalled as pending messages.
+        assert not client.timeline("team-a", session_id="chat-7").episodes
 
         engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=memory)
         echoed = str(engine.chat("What is my dog called?"))  # MockLLM answers with its whole prompt
         assert "<epimem>" in echoed and "golden retriever called Rex" in echoed
         assert "Relevant memory, oldest first:" in echoed
+        hits = EpimemRetriever(client, group_id="team-a").retrieve("What is my dog called?")
+        assert hits and hits[0].node.metadata["pending"] is True
 
         again = len(client.history("team-a", "chat-7"))
         asyncio.run(block.aput([ChatMessage(role=MessageRole.USER, content=turns[0][1])], session_id="chat-7"))

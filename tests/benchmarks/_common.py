@@ -83,13 +83,18 @@ def timed(function: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def interleaved(functions: dict[str, Callable[[int], Any]], rounds: int) -> dict[str, list[float]]:
+def interleaved(
+    functions: dict[str, Callable[[int], Any]], rounds: int, before: Callable[[int], Any] | None = None
+) -> dict[str, list[float]]:
     """Run each function once per round, alternating, so machine noise hits all of them alike. The
     order is reversed every other round: the first to touch a round's data (e.g. a partition not
-    loaded yet) is each function of a pair equally often."""
+    loaded yet) is each function of a pair equally often. ``before(round)``, untimed, opens each round
+    (e.g. a write to the group, as applications write between two reads)."""
     times: dict[str, list[float]] = {name: [] for name in functions}
     names = list(functions)
     for index in range(rounds):
+        if before is not None:
+            before(index)
         for name in names if index % 2 == 0 else names[::-1]:
             started = time.perf_counter()
             functions[name](index)

@@ -16,6 +16,11 @@ Targets: p50 <= 2 x and p95 <= 3 x the floor. Also printed: the evidence recall 
     python tests/benchmarks/context.py --quick         # short form: 4 sessions of one conversation, 20 questions
     python tests/benchmarks/context.py --profile       # also a pyinstrument profile of the facade's context
     python tests/benchmarks/context.py --data-dir DIR  # keep (or reuse) the ingested groups
+    python tests/benchmarks/context.py --writes        # a 2-message add to the group before every round
+
+``--writes`` measures the group as applications use it, written between every two reads: before each
+round (untimed) two messages are added to a session of the group over HTTP, so every context request
+reads a group whose version just changed (and the new messages, pending, are part of what it scores).
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, help="questions per conversation (default: all)")
     parser.add_argument("--data-dir", type=Path, help="keep (or reuse) the ingested groups here")
     parser.add_argument("--profile", action="store_true", help="pyinstrument profile of the facade's context")
+    parser.add_argument("--writes", action="store_true", help="add two messages to the group before every round")
     args = parser.parse_args()
     chosen = [s for s in args.samples.split(",") if s] or (["conv-30"] if args.quick else None)
     limit = args.questions or (20 if args.quick else None)
@@ -145,7 +151,8 @@ def main() -> None:
         for sample in samples:
             if service.vector_count(sample.sample_id) == 0:
                 service.ingest_locomo(sample.locomo, group_id=sample.sample_id)
-        c.heading(f"context: {len(samples)} LoCoMo conversation(s), budget {BUDGET}, over HTTP in this process")
+        mode = ", a 2-message write before every round" if args.writes else ""
+        c.heading(f"context: {len(samples)} LoCoMo conversation(s), budget {BUDGET}, over HTTP in this process{mode}")
         c.line("ingest (s)", seconds=time.perf_counter() - started)
         floor = Floor(service)
         all_times: dict[str, list[float]] = {"context": [], "floor": []}
@@ -170,6 +177,13 @@ def main() -> None:
                     context(group, question)
                     floor(group, question)
                 found: dict[int, Any] = {}
+
+                def write(i: int, group: str = group) -> None:
+                    said = [
+                        {"id": f"w{i}-{n}", "content": f"Status {i}.{n}: all quiet, just checking in."} for n in (0, 1)
+                    ]
+                    http.post(f"/v1/groups/{group}/sessions/live-writes/messages", json={"messages": said})
+
                 times = c.interleaved(
                     {
                         "context": lambda i, group=group, asked=asked, found=found: found.__setitem__(
@@ -178,6 +192,7 @@ def main() -> None:
                         "floor": lambda i, group=group, asked=asked: floor(group, asked[i][1]),
                     },
                     len(asked),
+                    before=write if args.writes else None,
                 )
                 for i, (_, _, evidence) in enumerate(asked):
                     cited = {m for citation in found[i]["citations"] for m in citation["message_ids"]}

@@ -1,6 +1,7 @@
 """Evidence recall on LoCoMo dev and REALTALK dev: epimem's context and search against single-turn baselines.
 
     .venv/bin/python tests/benchmarks/recall.py [--datasets locomo,realtalk] [--data-dir DIR] [--loo] [--quick]
+                                                 [--mode flushed|chat|both] [--idle SECONDS]
 
 Each conversation becomes one group (one session per session of the file, message id = dia_id),
 ingested through the real pipeline with the offline episode generator; REALTALK messages keep their
@@ -13,6 +14,14 @@ episode recall@k of search (share of the evidence message ids inside the top-k e
 messages, k = 1, 3, 5, 10). ``--loo`` adds the leave-one-conversation-out figures of the tuned
 context weights (tests/benchmarks/recall_tune.py) beside the in-sample ones. ``--quick`` (CI): the
 first sessions of one conversation per dataset, no leave-one-out.
+
+``--mode`` says how the conversations go in. ``flushed``: each conversation's sessions in one call,
+every session formed before the questions (the friendliest client). ``chat``: as a chat app adds
+them — two messages per ``add_messages`` call in conversation order, never a flush, the background
+worker forming episodes on its own (the pending threshold, topic cuts, and the idle timer:
+``--idle`` seconds, standing for the hours between a user's visits), questions asked once the
+server is idle (no message pending). ``both`` runs the two on separate data folders (``DIR`` and
+``DIR-chat``) and prints chat minus flushed per category and budget.
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ EPISODE_KS = (1, 3, 5, 10)
 CATEGORIES = {"locomo": (1, 2, 3, 4), "realtalk": (1, 2, 3)}
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 QUICK_SESSIONS = 4
+CHAT_PER_CALL = 2
+MODES = ("flushed", "chat")
 
 
 def load_realtalk(folder: str | Path = REALTALK) -> list[Sample]:
@@ -91,6 +102,32 @@ def ingest(service: Any, samples: Sequence[Sample]) -> None:
     for sample in samples:
         if service.vector_count(sample.sample_id) == 0:
             service.ingest_locomo(sample.locomo, group_id=sample.sample_id)
+
+
+def ingest_as_chat(
+    service: Any, samples: Sequence[Sample], *, per_call: int = CHAT_PER_CALL, timeout: float = 1800.0
+) -> float:
+    """Each conversation as a chat app sends it: ``per_call`` messages per add, in conversation order,
+    never a flush; then wait until the background worker has formed everything (the idle timer closes
+    each session's last stretch). Returns the seconds waited after the last add."""
+    for sample in samples:
+        if service.vector_count(sample.sample_id) > 0:
+            continue
+        for session_id, messages in sample.locomo.sessions.items():
+            ordered = sorted(messages, key=lambda m: m.timestamp)
+            for start in range(0, len(ordered), per_call):
+                service.add_messages(sample.sample_id, session_id, ordered[start : start + per_call])
+    started = time.perf_counter()
+    while any(
+        service.pending_messages(sample.sample_id, session_id)
+        for sample in samples
+        for session_id in sample.locomo.sessions
+    ):
+        if time.perf_counter() - started > timeout:
+            raise TimeoutError("messages still pending after the idle wait")
+        time.sleep(0.5)
+    service.wait_idle(timeout)
+    return time.perf_counter() - started
 
 
 def scored_questions(sample: Sample) -> list[tuple[int, str, tuple[str, ...]]]:
@@ -162,11 +199,17 @@ def episode_table(results: dict[str, Scores], categories: Sequence[int], ks: Seq
     return "\n".join(lines)
 
 
-def run_dataset(service: Any, name: str, samples: list[Sample], args: argparse.Namespace) -> dict[str, Any]:
+def run_dataset(
+    service: Any, name: str, samples: list[Sample], args: argparse.Namespace, mode: str = "flushed"
+) -> dict[str, Any]:
     budgets = [int(b) for b in args.budgets.split(",")]
     categories = CATEGORIES[name]
     started = time.perf_counter()
-    ingest(service, samples)
+    waited = 0.0
+    if mode == "chat":
+        waited = ingest_as_chat(service, samples)
+    else:
+        ingest(service, samples)
     ingested = time.perf_counter() - started
     started = time.perf_counter()
     per_conversation = context_recall(
@@ -179,8 +222,9 @@ def run_dataset(service: Any, name: str, samples: list[Sample], args: argparse.N
         for method in BASELINES:
             results[BASELINE_NAMES[method]] = baseline_recall(samples, method, budgets, embedder=service.embedder)
     count = sum(len(scored_questions(s)) for s in samples)
-    print(f"\n## {name}: {', '.join(s.sample_id for s in samples)} ({count} questions)")
-    print(f"ingest {ingested:.1f} s; questions ({len(budgets)} contexts + 1 search each) {answered:.1f} s\n")
+    print(f"\n## {name}: {', '.join(s.sample_id for s in samples)} ({count} questions), ingested {mode}")
+    how = f" (of which {waited:.1f} s waiting for the idle sessions to close)" if mode == "chat" else ""
+    print(f"ingest {ingested:.1f} s{how}; questions ({len(budgets)} contexts + 1 search each) {answered:.1f} s\n")
     print(table(results, categories, budgets))
     print()
     print(episode_table({"epimem search": merge(searched)}, categories))
@@ -195,24 +239,53 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--loo", action="store_true", help="leave-one-conversation-out of the tuned weights")
     parser.add_argument("--quick", action="store_true", help="first sessions of one conversation per dataset")
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="flushed", help="how the messages go in")
+    parser.add_argument("--idle", type=float, default=2.0, help="chat mode: EPIMEM_EPISODE_IDLE_SECONDS")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
 
     datasets = {name: load_dataset(name, quick=args.quick) for name in args.datasets.split(",") if name}
+    modes = MODES if args.mode == "both" else (args.mode,)
     outcome: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="epimem-recall-") as scratch:
-        service = Epimem.from_settings(data_dir=args.data_dir or scratch, background=False)
-        try:
-            for name, samples in datasets.items():
-                outcome[name] = run_dataset(service, name, samples, args)
-            if args.loo and not args.quick:
-                from recall_tune import print_loo
+        base = Path(args.data_dir or scratch)
+        for mode in modes:
+            folder = base if mode == "flushed" or args.mode == "chat" else base.with_name(base.name + "-chat")
+            chat = mode == "chat"
+            service = Epimem.from_settings(data_dir=folder, background=chat, episode_idle_seconds=args.idle)
+            try:
+                outcome[mode] = {
+                    name: run_dataset(service, name, samples, args, mode) for name, samples in datasets.items()
+                }
+                if args.loo and not args.quick:
+                    from recall_tune import print_loo
 
-                print_loo(dict.fromkeys(datasets, service), datasets)
-        finally:
-            service.close()
+                    print(f"\n# {mode}")
+                    outcome[mode]["loo"] = print_loo(dict.fromkeys(datasets, service), datasets)
+            finally:
+                service.close()
+    if len(modes) == 2:
+        print_mode_difference(outcome, datasets, [int(b) for b in args.budgets.split(",")])
     return outcome
+
+
+def print_mode_difference(outcome: dict[str, Any], datasets: dict[str, list[Sample]], budgets: Sequence[int]) -> None:
+    """Context recall of the chat-app mode minus the flushed mode, per dataset, category and budget
+    (in-sample, default weights; with --loo the leave-one-out tables of each mode are printed above)."""
+    print("\n## chat-app mode minus flushed mode (context evidence recall, default weights)")
+    for name in datasets:
+        categories = CATEGORIES[name]
+        flushed = outcome["flushed"][name]["results"]["epimem context"]
+        chat = outcome["chat"][name]["results"]["epimem context"]
+        columns = ["all"] + [f"{c} {CATEGORY_NAMES[c]}" for c in categories]
+        print(f"\n### {name}\n")
+        print("| budget | " + " | ".join(columns) + " |")
+        print("|---|" + "---|" * len(columns))
+        for budget in budgets:
+            groups = [list(categories)] + [[c] for c in categories]
+            cells = [f"{chat.mean(budget, g) - flushed.mean(budget, g):+.3f}" for g in groups]
+            print(f"| {budget:,} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -69,17 +69,24 @@ REALTALK = locomo.LOCOMO.parent / "realtalk-dev"
 
 @pytest.mark.slow
 def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
-    """tests/benchmarks/recall.py --quick: both datasets through the service, baselines, search recall@k."""
+    """tests/benchmarks/recall.py --quick --mode both: both datasets through the service, flushed and as a chat app
+    (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed."""
     if not locomo.LOCOMO.exists() or not REALTALK.is_dir():
         pytest.skip(f"benchmark data not found next to the checkout ({locomo.LOCOMO.parent})")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", benchmark_data.ENV: str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
-    command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--data-dir", str(tmp_path / "data")]
+    command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--mode", "both"]
+    command += ["--data-dir", str(tmp_path / "data")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     assert "## locomo: conv-30" in out and "## realtalk: Chat_1_Emi_Elise" in out
+    assert out.count("ingested chat") == 2 and out.count("ingested flushed") == 2
     for label in ("| epimem context |", "| RRF of both, k=60 (single turns) |", "| epimem search | all |"):
-        assert out.count(label) == 2, out
+        assert out.count(label) == 4, out
     rows = [line for line in out.splitlines() if line.startswith("| epimem context |")]
     overall = [float(cell) for row in rows for cell in row.split("|")[2].split("/")]
     assert all(0.3 < value <= 1.0 for value in overall), rows
+    difference = out[out.index("## chat-app mode minus flushed mode") :]
+    budget_rows = [row.split("|") for row in difference.splitlines() if row.startswith("| ")]
+    overall_delta = [float(cells[2]) for cells in budget_rows if cells[1].strip().replace(",", "").isdigit()]
+    assert len(overall_delta) == 6 and all(delta >= -0.05 for delta in overall_delta), difference  # 3 budgets x 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from datetime import UTC, datetime, timedelta
 from functools import partial
 
@@ -147,11 +149,12 @@ def test_messages_survive_a_restart_and_recover_into_episodes(make_service, grou
     first = make_service()
     first.add_messages(group_id, "s1", conversation(4))
     first.close()
-    second = make_service()
+    second = make_service(episode_idle_seconds=0.5)
     assert [m.id for m in second.history(group_id, "s1")] == ["m0", "m1", "m2", "m3"]
     stored = second.memory.store.log.list_messages(group_id, "s1")
     assert {s.state for s in stored} == {MessageState.PENDING}
-    episodes = [e for e in second.recover() if e.group_id == group_id]  # the tail (2023) is idle: formed too
+    time.sleep(0.6)
+    episodes = [e for e in second.recover() if e.group_id == group_id]  # the tail arrived > idle ago: formed too
     assert sorted(mid for e in episodes for mid in e.source_message_ids) == ["m0", "m1", "m2", "m3"]
     assert [e for e in second.recover() if e.group_id == group_id] == []
 
