@@ -124,6 +124,7 @@ def local(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransforme
     service = Epimem.from_settings(settings, background=False, embedder=embedder)
     seed_conversation(service, "demo")
     seed_conversation(service, "trash")
+    service.add_messages("live", "chat-9", conversation_messages("chat-1")[:3])  # never flushed: pending
     with AppServer(service) as server:
         yield server
     service.close()
@@ -265,11 +266,28 @@ def test_sessions_view_shows_titles_counts_and_metadata(local: AppServer, open_p
     page, _ = open_page(local.url + "/ui/#/g/demo")
     page.get_by_role("row", name=re.compile("Weekend plans")).wait_for()
     first = page.locator("tr[data-session='chat-1'] td").all_inner_texts()
-    assert first[0] == "10" and int(first[1]) >= 2
-    assert "caroline, melanie" in first[4] and '{"app":"demo"}' in first[5]
-    assert "2023-05-25" in page.locator("tr[data-session='chat-2'] td").nth(3).inner_text()
+    assert first[0] == "10" and int(first[1]) >= 2 and first[2] == "0"  # every message in an episode
+    assert "caroline, melanie" in first[5] and '{"app":"demo"}' in first[6]
+    assert "2023-05-25" in page.locator("tr[data-session='chat-2'] td").nth(4).inner_text()
     accessible(page)
     shoot(page, "sessions")
+
+
+def test_a_sessions_open_stretch_is_shown_as_such(local: AppServer, open_page: Callable) -> None:
+    """Messages not in an episode yet: counted per session, linked to the open stretch, which reads as one."""
+    page, _ = open_page(local.url + "/ui/#/g/live")
+    row = page.locator("tr[data-session='chat-9']")
+    row.wait_for()
+    cells = row.locator("td").all_inner_texts()
+    assert cells[0] == "3" and cells[1] == "0" and cells[2] == "3"
+    accessible(page)
+    row.locator("a.pending-link").click()
+    page.locator("#pending-note").wait_for()
+    assert "not an episode yet" in page.locator("#pending-note").inner_text()
+    assert page.locator("h1").first.inner_text().startswith("Not yet an episode")
+    assert page.locator("li.message").count() == 3
+    assert page.locator("#delete-episode").count() == 0  # there is no episode to delete yet
+    accessible(page)
 
 
 def test_timeline_filters_by_natural_language_zooms_and_opens_an_episode(local: AppServer, open_page: Callable) -> None:

@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 from helpers import builders
-from helpers.fake_openai import FakeOpenAI, Reply, episode_from_prompt, is_segmentation
+from helpers.fake_openai import FakeOpenAI, Reply, default_responder, episode_from_prompt, is_segmentation
 
 from api.composition import build_generator, build_segmenter, llm_client
 from api.facade import Epimem
@@ -349,3 +349,27 @@ def test_threshold_formation_uses_the_llm_in_the_background(
     rest = service.flush(group_id, "s1")
     assert sorted(m for e in formed + rest for m in e.source_message_ids) == sorted(f"m{i}" for i in range(8))
     assert any(is_segmentation(r) for r in llm_server.requests)
+
+
+def test_an_idle_session_is_formed_by_the_llm_and_adds_never_wait_for_it(make_service, group_id: str) -> None:
+    """With a slow LLM: the add answers long before the LLM would, the messages are recalled at once, and the
+    idle timer forms the session's episodes through the LLM in the background."""
+
+    def slow(request: dict) -> Reply:
+        reply = default_responder(request)
+        return Reply(content=reply.content, delay=1.0)
+
+    with FakeOpenAI(slow) as server:
+        service: Epimem = make_service(background=True, episode_idle_seconds=1.0, **llm_settings(server))
+        service.add_messages(group_id, "s1", conversation(4, start=datetime.now(UTC) - timedelta(minutes=5)))
+        assert not server.requests  # the add answered without asking the LLM anything
+        hits = service.search(group_id, "the zeppelin museum", k=3)
+        assert hits and hits[0].pending
+        deadline = time.monotonic() + 60
+        while service.pending_messages(group_id, "s1") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert service.wait_idle(timeout=60)
+        formed = service.timeline(group_id).episodes
+        assert formed and all(e.generation is GenerationMethod.LLM for e in formed)
+        assert sorted(m for e in formed for m in e.source_message_ids) == [f"m{i}" for i in range(4)]
+        assert not service.search(group_id, "the zeppelin museum", k=3)[0].pending
