@@ -94,7 +94,7 @@ export class EpimemClient {
   // -- messages and episodes ------------------------------------------------------------------------
 
   /** Stores the messages durably (idempotent by message id) → `{accepted, duplicates, pending}`. */
-  addMessages(group: string, session: string, messages: MessageIn[]): Promise<AddReceipt> {
+  async addMessages(group: string, session: string, messages: MessageIn[]): Promise<AddReceipt> {
     return this.#json({ method: "POST", path: `${sessionPath(group, session)}/messages`, json: { messages } });
   }
 
@@ -105,21 +105,21 @@ export class EpimemClient {
   }
 
   /** The session's messages in event-time order, paged by offset → `{messages, next_offset}`. */
-  history(group: string, session: string, page: { limit?: number; offset?: number } = {}): Promise<HistoryOut> {
+  async history(group: string, session: string, page: { limit?: number; offset?: number } = {}): Promise<HistoryOut> {
     return this.#json({ method: "GET", path: `${sessionPath(group, session)}/messages`, query: page });
   }
 
   /** One episode → `{episode, messages}`; `messages` (its source messages) only with `expand: true`. */
-  getEpisode(group: string, session: string, episodeId: string, options: { expand?: boolean } = {}): Promise<EpisodeOut> {
+  async getEpisode(group: string, session: string, episodeId: string, options: { expand?: boolean } = {}): Promise<EpisodeOut> {
     const path = `${sessionPath(group, session)}/episodes/${pathSegment(episodeId)}`;
     return this.#json({ method: "GET", path, query: { expand: options.expand ? "messages" : undefined } });
   }
 
-  deleteMessage(group: string, session: string, messageId: string): Promise<DeletionReceipt> {
+  async deleteMessage(group: string, session: string, messageId: string): Promise<DeletionReceipt> {
     return this.#json({ method: "DELETE", path: `${sessionPath(group, session)}/messages/${pathSegment(messageId)}` });
   }
 
-  deleteEpisode(group: string, session: string, episodeId: string): Promise<DeletionReceipt> {
+  async deleteEpisode(group: string, session: string, episodeId: string): Promise<DeletionReceipt> {
     return this.#json({ method: "DELETE", path: `${sessionPath(group, session)}/episodes/${pathSegment(episodeId)}` });
   }
 
@@ -133,28 +133,28 @@ export class EpimemClient {
   }
 
   /** A token-budgeted, cited context block for a prompt → `{text, citations, tokens}`. A string is `{ query }`. */
-  context(group: string, query: string | ContextQuery): Promise<ContextResult> {
+  async context(group: string, query: string | ContextQuery): Promise<ContextResult> {
     const json = typeof query === "string" ? { query } : query;
     return this.#json({ method: "POST", path: `${groupPath(group)}/context`, json });
   }
 
   /** Episodes in time order, one page → `{episodes, next_cursor}`; pass `next_cursor` back as `cursor`. */
-  timeline(group: string, params: TimelineParams = {}): Promise<TimelinePage> {
+  async timeline(group: string, params: TimelineParams = {}): Promise<TimelinePage> {
     return this.#json({ method: "GET", path: `${groupPath(group)}/timeline`, query: params });
   }
 
   // -- groups and sessions --------------------------------------------------------------------------
 
-  putGroup(group: string, config: GroupConfigurationIn = {}): Promise<GroupConfiguration> {
+  async putGroup(group: string, config: GroupConfigurationIn = {}): Promise<GroupConfiguration> {
     return this.#json({ method: "PUT", path: groupPath(group), json: config });
   }
 
-  getGroup(group: string): Promise<GroupConfiguration> {
+  async getGroup(group: string): Promise<GroupConfiguration> {
     return this.#json({ method: "GET", path: groupPath(group) });
   }
 
   /** Deletes the group and everything in it. */
-  deleteGroup(group: string): Promise<DeletionReceipt> {
+  async deleteGroup(group: string): Promise<DeletionReceipt> {
     return this.#json({ method: "DELETE", path: groupPath(group) });
   }
 
@@ -164,16 +164,16 @@ export class EpimemClient {
     return out.sessions;
   }
 
-  putSession(group: string, session: string, info: SessionInfoIn = {}): Promise<SessionInfo> {
+  async putSession(group: string, session: string, info: SessionInfoIn = {}): Promise<SessionInfo> {
     return this.#json({ method: "PUT", path: sessionPath(group, session), json: info });
   }
 
-  getSession(group: string, session: string): Promise<SessionInfo> {
+  async getSession(group: string, session: string): Promise<SessionInfo> {
     return this.#json({ method: "GET", path: sessionPath(group, session) });
   }
 
   /** Deletes the session and everything in it. */
-  deleteSession(group: string, session: string): Promise<DeletionReceipt> {
+  async deleteSession(group: string, session: string): Promise<DeletionReceipt> {
     return this.#json({ method: "DELETE", path: sessionPath(group, session) });
   }
 
