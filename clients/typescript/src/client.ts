@@ -49,6 +49,12 @@ interface Request {
   contentType?: string;
 }
 
+/** An answer, and its text when it was read. */
+interface Answer {
+  response: Response;
+  text?: string;
+}
+
 const DEFAULT_TIMEOUT_MS = 120_000;
 const DEFAULT_RETRY_AFTER_S = 5;
 
@@ -73,7 +79,8 @@ function sessionPath(group: string, session: string): string {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** A client of an epimem server over `fetch` (Node >= 20, browsers, edge runtimes). Field names are the HTTP
- * API's own (`session_ids`, `token_budget`, ...); every failure throws `EpimemError`. */
+ * API's own (`session_ids`, `token_budget`, ...); every failure throws `EpimemError`, as a rejected promise
+ * (every call is `async`, also where an id is refused before sending). */
 export class EpimemClient {
   readonly baseUrl: string;
   readonly #apiKey: string | undefined;
@@ -188,20 +195,24 @@ export class EpimemClient {
   /** The group as JSON Lines, one line (without its newline) at a time, read as the server streams them. */
   async *exportGroup(group: string, options: { include_embeddings?: boolean } = {}): AsyncGenerator<string> {
     const query = { include_embeddings: options.include_embeddings ?? false };
-    const response = await this.#send({ method: "GET", path: `${groupPath(group)}/export`, query }, true);
+    const { response } = await this.#send({ method: "GET", path: `${groupPath(group)}/export`, query }, true);
     if (!response.body) throw new EpimemError(response.status, INVALID_RESPONSE, "the export answer has no body");
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    let rest = "";
-    for (;;) {
-      const { done, value } = await reader.read().catch((error: unknown) => {
-        throw new EpimemError(0, NETWORK_ERROR, `the export stream broke off: ${String(error)}`, { cause: error });
-      });
-      if (done) break;
-      const lines = (rest + value).split("\n");
-      rest = lines.pop() ?? "";
-      yield* lines.filter((line) => line.trim() !== "");
+    try {
+      let rest = "";
+      for (;;) {
+        const { done, value } = await reader.read().catch((error: unknown) => {
+          throw new EpimemError(0, NETWORK_ERROR, `the export stream broke off: ${String(error)}`, { cause: error });
+        });
+        if (done) break;
+        const lines = (rest + value).split("\n");
+        rest = lines.pop() ?? "";
+        yield* lines.filter((line) => line.trim() !== "");
+      }
+      if (rest.trim() !== "") yield rest;
+    } finally {
+      await reader.cancel(); // a caller that stops early lets the connection go
     }
-    if (rest.trim() !== "") yield rest;
   }
 
   /** Imports JSON Lines written by `exportGroup` (from any group) into `group`; idempotent. */
@@ -217,7 +228,7 @@ export class EpimemClient {
   /** Whether the server answers `/readyz` with 200 (store reachable, model loaded). */
   async ready(): Promise<boolean> {
     try {
-      return (await this.#send({ method: "GET", path: "/readyz" }, false)).ok;
+      return (await this.#send({ method: "GET", path: "/readyz" }, false)).response.ok;
     } catch (error) {
       if (error instanceof EpimemError) return false;
       throw error;
@@ -227,33 +238,33 @@ export class EpimemClient {
   // -- sending --------------------------------------------------------------------------------------
 
   async #json<T>(request: Request): Promise<T> {
-    const response = await this.#send(request, false);
-    const text = await response.text();
-    const body = parseJson(text);
+    const { response, text } = await this.#send(request, false);
+    const body = parseJson(text ?? "");
     if (body === undefined) {
-      throw new EpimemError(response.status, INVALID_RESPONSE, `expected JSON, got: ${text.slice(0, 200)}`);
+      throw new EpimemError(response.status, INVALID_RESPONSE, `expected JSON, got: ${(text ?? "").slice(0, 200)}`);
     }
     return body as T;
   }
 
-  /** The answer of a 2xx; any other throws. With `streamed`, the timeout ends once the answer starts. */
-  async #send(request: Request, streamed: boolean): Promise<Response> {
+  /** The answer of a 2xx (with its text, read within the timeout, unless `streamed`); any other throws. */
+  async #send(request: Request, streamed: boolean): Promise<Answer> {
     for (let attempt = 0; ; attempt++) {
-      const response = await this.#try(request, streamed);
-      if (response.ok) return response;
-      const error = await errorFromResponse(response);
+      const answer = await this.#try(request, streamed);
+      if (answer.response.ok) return answer;
+      const error = errorFromResponse(answer.response, answer.text ?? "");
       const retry = this.#retry;
-      if (!retry || response.status !== 503 || attempt >= retry.retries) throw error;
+      if (!retry || answer.response.status !== 503 || attempt >= retry.retries) throw error;
       await sleep(Math.min((error.retryAfter ?? DEFAULT_RETRY_AFTER_S) * 1000, retry.maxDelayMs));
     }
   }
 
-  async #try(request: Request, streamed: boolean): Promise<Response> {
+  /** One try. The timeout covers the whole answer; with `streamed`, a 2xx answer's body is left to the caller. */
+  async #try(request: Request, streamed: boolean): Promise<Answer> {
     const url = new URL(this.baseUrl + request.path);
     for (const [name, value] of Object.entries(request.query ?? {})) {
       if (value !== undefined && value !== null) url.searchParams.set(name, String(value));
     }
-    const headers: Record<string, string> = { accept: "application/json" };
+    const headers: Record<string, string> = {};
     if (this.#apiKey) headers.authorization = `Bearer ${this.#apiKey}`;
     let body: string | undefined = request.body;
     if (request.json !== undefined) body = JSON.stringify(request.json);
@@ -263,17 +274,14 @@ export class EpimemClient {
     const timer = setTimeout(() => controller.abort(), this.#timeoutMs);
     try {
       const response = await this.#fetch(url, { method: request.method, headers, body, signal: controller.signal });
-      if (streamed) return response;
-      // Read the whole answer inside the timeout; the caller reads it again from this copy.
-      const text = await response.text();
-      return new Response(text, { status: response.status, statusText: response.statusText, headers: response.headers });
+      if (streamed && response.ok) return { response };
+      return { response, text: await response.text() };
     } catch (error) {
+      const where = `${request.method} ${request.path}`;
       if (controller.signal.aborted) {
-        throw new EpimemError(0, TIMEOUT, `${request.method} ${request.path}: no answer within ${this.#timeoutMs} ms`, {
-          cause: error,
-        });
+        throw new EpimemError(0, TIMEOUT, `${where}: no answer within ${this.#timeoutMs} ms`, { cause: error });
       }
-      throw new EpimemError(0, NETWORK_ERROR, `${request.method} ${request.path}: ${String(error)}`, { cause: error });
+      throw new EpimemError(0, NETWORK_ERROR, `${where}: ${String(error)}`, { cause: error });
     } finally {
       clearTimeout(timer);
     }

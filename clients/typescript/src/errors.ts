@@ -47,10 +47,9 @@ export function parseJson(text: string): unknown {
   }
 }
 
-/** The error of a non-2xx answer, read from epimem's one error shape (or a plain description if the body is
- * something else, e.g. from a proxy in front of epimem). */
-export async function errorFromResponse(response: Response): Promise<EpimemError> {
-  const text = await response.text().catch(() => "");
+/** The error of a non-2xx answer (its body's `text`), read from epimem's one error shape, or described plainly if
+ * the body is something else (e.g. from a proxy in front of epimem). */
+export function errorFromResponse(response: Response, text: string): EpimemError {
   const retryAfter = retryAfterSeconds(response);
   const error = (parseJson(text) as { error?: { code?: unknown; message?: unknown; details?: unknown } } | null)
     ?.error;

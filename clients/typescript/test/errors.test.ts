@@ -110,6 +110,23 @@ test("503 with Retry-After: thrown as is by default, retried when asked", async 
   }
 });
 
+test("an answer not in epimem's shape (a proxy's 502 page) is still an EpimemError with its status", async () => {
+  const proxy = await listen(
+    createServer((_incoming, outgoing) => {
+      outgoing.writeHead(502, { "content-type": "text/html" });
+      outgoing.end("<html><body>Bad Gateway</body></html>");
+    }),
+  );
+  try {
+    const error = await failure(new EpimemClient({ baseUrl: proxy.url, retry: true }).search(group, "dog"));
+    assert.equal(error.status, 502);
+    assert.equal(error.code, "http_502");
+    assert.match(error.message, /Bad Gateway/);
+  } finally {
+    await proxy.close();
+  }
+});
+
 test("a fetch of one's own is used for every call", async () => {
   const seen: string[] = [];
   const traced = client({

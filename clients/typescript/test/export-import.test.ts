@@ -38,3 +38,13 @@ test("streamed export -> import round trip", async () => {
   assert.equal((await memory.timeline(copy)).episodes.length, (await memory.timeline(source)).episodes.length);
   assert.equal(again.group_id, copy);
 });
+
+test("an export read only in part lets go of its connection", async () => {
+  for (let i = 0; i < 3; i++) {
+    for await (const line of memory.exportGroup(source)) {
+      assert.equal(typeof JSON.parse(line), "object");
+      break;
+    }
+  }
+  assert.ok((await collect(memory.exportGroup(source))).length >= 6);
+});
