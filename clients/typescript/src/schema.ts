@@ -420,7 +420,7 @@ export interface components {
          * BoundaryReason
          * @enum {string}
          */
-        BoundaryReason: "time_gap" | "max_size" | "topic_shift" | "flush" | "end_of_session" | "llm";
+        BoundaryReason: "time_gap" | "max_size" | "topic_shift" | "flush" | "end_of_session" | "llm" | "idle" | "open";
         /** Citation */
         Citation: {
             /** Episode Id */
@@ -434,6 +434,12 @@ export interface components {
             timestamp: string;
             /** Message Ids */
             message_ids: string[];
+            /**
+             * Pending
+             * @description the messages are not in an episode yet (episode_id is the session's open episode)
+             * @default false
+             */
+            pending?: boolean;
         };
         /**
          * ContentType
@@ -614,6 +620,12 @@ export interface components {
              * @description source messages, with `?expand=messages`
              */
             messages?: components["schemas"]["Message"][] | null;
+            /**
+             * Pending
+             * @description a session's open episode (its id from a pending search hit or citation): messages not in an episode yet, shown as one; it is replaced by real episodes once the session's segment closes
+             * @default false
+             */
+            pending?: boolean;
         };
         /**
          * EpisodeType
@@ -732,6 +744,12 @@ export interface components {
             messages: number;
             /** Episodes */
             episodes: number;
+            /**
+             * Pending
+             * @description messages stored and recallable, not in an episode yet
+             * @default 0
+             */
+            pending?: number;
             /** First */
             first?: string | null;
             /** Last */
@@ -946,6 +964,12 @@ export interface components {
             matched_message_ids?: string[];
             /** Messages */
             messages?: components["schemas"]["Message"][] | null;
+            /**
+             * Pending
+             * @description the hit is a session's open episode: messages stored and recallable, not in an episode yet (its episode's boundary_reason is 'open'; it becomes a real episode once the session's segment closes)
+             * @default false
+             */
+            pending?: boolean;
         };
         /** SearchOut */
         SearchOut: {
@@ -1074,6 +1098,17 @@ export interface components {
             messages: number;
             /** Episodes */
             episodes: number;
+            /**
+             * Pending
+             * @description messages stored and recallable, not in an episode yet
+             * @default 0
+             */
+            pending?: number;
+            /**
+             * Open Episode Id
+             * @description id of the session's open episode (its pending messages), when it has one
+             */
+            open_episode_id?: string | null;
             /**
              * First
              * @description earliest message or episode time
