@@ -147,7 +147,7 @@ class Ingestor:
             vectors = self._embedder.embed_batch([message_line(s.message) for s in stored])
         records = [VectorRecord.of_message(s, vector) for s, vector in zip(stored, vectors, strict=True)]
         for start in range(0, len(records), WRITE_BATCH):
-            self._vectors.upsert(group_id, session_id, records[start : start + WRITE_BATCH])
+            self._vectors.upsert(group_id, session_id, records[start : start + WRITE_BATCH], new=True)
 
     def index_unindexed(self, group_id: str, session_ids: Iterable[str]) -> int:
         """Write the vector records that pending messages lack (stored by an import of a file without

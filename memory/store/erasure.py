@@ -28,6 +28,7 @@ wear levelling, backups) is out of reach of any of this.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -74,18 +75,35 @@ def _open(folder: Path, *, read_only: bool = False) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
+# A message's vector record is written when the message is added (under its session's open episode) and
+# again when its episode forms: only this key moves, so that second write leaves nothing behind.
+_MOVES_ON_FORMATION = "episode_id"
+
+
 def residue_collections(folder: Path) -> list[str]:
-    """Live collections whose write log still holds a delete or an overwritten record."""
+    """Live collections whose write log still holds a delete or an overwritten record (one whose text
+    or metadata changed; a message record that only moved from its open episode to its episode is not)."""
     if not (Path(folder) / DATABASE).exists():
         return []
     with _open(folder, read_only=True) as db:
         names = dict(db.execute("SELECT id, name FROM collections").fetchall())
-        topics = db.execute(
-            "SELECT topic FROM embeddings_queue GROUP BY topic "
-            "HAVING SUM(operation = ?) > 0 OR COUNT(*) > COUNT(DISTINCT id)",
-            (_DELETE,),
+        deleted = {
+            topic
+            for (topic,) in db.execute(
+                "SELECT DISTINCT topic FROM embeddings_queue WHERE operation = ?", (_DELETE,)
+            ).fetchall()
+        }
+        rewritten = db.execute(
+            "SELECT q.topic, q.id, q.metadata FROM embeddings_queue q JOIN ("
+            " SELECT topic, id FROM embeddings_queue GROUP BY topic, id HAVING COUNT(*) > 1"
+            ") twice ON q.topic = twice.topic AND q.id = twice.id"
         ).fetchall()
-    found = {names.get(_collection_id(topic)) for (topic,) in topics}
+    versions: dict[tuple[str, str], set[str]] = {}
+    for topic, record_id, metadata in rewritten:
+        kept = {k: v for k, v in json.loads(metadata or "{}").items() if k != _MOVES_ON_FORMATION}
+        versions.setdefault((topic, record_id), set()).add(json.dumps(kept, sort_keys=True))
+    changed = {topic for (topic, _), seen in versions.items() if len(seen) > 1}
+    found = {names.get(_collection_id(topic)) for topic in deleted | changed}
     return sorted(name for name in found if name)
 
 

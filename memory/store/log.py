@@ -10,6 +10,7 @@ from typing import Any, cast
 from memory.models import GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
+from memory.store.group_snapshot import Appended
 from memory.store.paging import PAGE
 from memory.store.protocols import Row
 
@@ -140,7 +141,9 @@ class LogStore(StorePart):
         concurrent duplicate never overwrites a record whose state has moved on (FORMING, DONE)."""
         if messages:
             self._collections.written_log(group_id).add(**codec.log_columns(list(messages)))
-            versions.changed(self._collections, group_id)  # pending messages are read at once (live memory)
+            # Pending messages are read at once (live memory): the read snapshot adds them.
+            added = tuple((codec.message_record_id(s.session_id, s.message.id), s.message) for s in messages)
+            versions.changed(self._collections, group_id, appended=Appended(messages=added))
 
     @store_call
     def set_states(self, group_id: str, messages: Sequence[StoredMessage]) -> None:

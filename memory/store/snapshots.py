@@ -33,16 +33,12 @@ import numpy as np
 
 from memory.models import GroupConfiguration, Message, SessionInfo
 from memory.store import codec, versions
-from memory.store.group_snapshot import GroupSnapshot, columns_snapshot, estimate_bytes
+from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, estimate_bytes, extend
 from memory.store.paging import pages
 from memory.store.versions import Version
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections
-
-# Bytes a full snapshot is estimated to hold per record beyond its vector (metadata, message): what
-# decides, from the group's count alone, whether it is read in full.
-FULL_RECORD_BYTES = 1600
 
 
 @dataclass(frozen=True)
@@ -60,6 +56,7 @@ class CacheStats:
     evictions: int
     invalidations: int
     build_seconds: float
+    extensions: int = 0  # builds that only added what writes appended (no read of the group)
 
 
 class SnapshotCache:
@@ -81,7 +78,7 @@ class SnapshotCache:
         self._building: dict[str, threading.Lock] = {}
         self._entries: OrderedDict[str, GroupSnapshot] = OrderedDict()
         self._checked = threading.local()  # group -> (monotonic time, stamp) of this thread's last check
-        self.hits = self.builds = self.evictions = self.invalidations = 0
+        self.hits = self.builds = self.evictions = self.invalidations = self.extensions = 0
         self.build_seconds = 0.0
 
     # -- versions ---------------------------------------------------------------------------------
@@ -124,7 +121,7 @@ class SnapshotCache:
             cached = self.cached(group_id)
             if cached is not None and cached.version == version:
                 return cached
-            snapshot = self._build(group_id, version)
+            snapshot = self._extended(cached, version) or self._build(group_id, version)
             with self._lock:
                 if cached is not None:
                     self.invalidations += 1
@@ -181,9 +178,27 @@ class SnapshotCache:
                 evictions=self.evictions,
                 invalidations=self.invalidations,
                 build_seconds=round(self.build_seconds, 3),
+                extensions=self.extensions,
             )
 
     # -- building -----------------------------------------------------------------------------------
+
+    def _extended(self, cached: GroupSnapshot | None, version: Version) -> GroupSnapshot | None:
+        """The cached snapshot with what this process's writes since appended (pending messages as they
+        are added), when every one of them only appended: no read of the group. Embedded only (with a
+        Chroma server, other servers' writes are known by their stamp alone)."""
+        connection = self._collections.connection
+        if cached is None or connection.shared or version[0] <= cached.version[0]:
+            return None
+        appends = connection.appended(cached.group_id, cached.version[0], version[0])
+        if appends is None:
+            return None
+        started = time.perf_counter()
+        snapshot = extend(cached, appends, version, full_group_bytes=self.full_group_bytes)
+        if snapshot is not None:
+            snapshot.built_s = time.perf_counter() - started
+            self.extensions += 1
+        return snapshot
 
     def _build(self, group_id: str, version: Version) -> GroupSnapshot:
         started = time.perf_counter()

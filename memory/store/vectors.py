@@ -13,7 +13,7 @@ from memory.models import Episode
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.collections import Collections
-from memory.store.group_snapshot import GroupSnapshot
+from memory.store.group_snapshot import Appended, GroupSnapshot
 from memory.store.paging import WRITE_BATCH, pages
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
@@ -51,14 +51,16 @@ class VectorStore(StorePart):
         return collection, codec.vector_where(selection, partition=session is not None)
 
     @store_call
-    def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord]) -> None:
-        """Write to the partition first, then the group index (both idempotent by id)."""
+    def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord], *, new: bool = False) -> None:
+        """Write to the partition first, then the group index (both idempotent by id). ``new``: records
+        the group does not hold yet (a read snapshot adds them instead of reading the group again)."""
         if not records:
             return
         columns = _columns(records)
         for collection in self._both(group_id, session_id, create=True):
             collection.upsert(**columns)
-        versions.changed(self._collections, group_id)
+        appended = Appended(records=tuple(records)) if new else None
+        versions.changed(self._collections, group_id, appended=appended)
 
     @store_call
     def upsert_sessions(self, group_id: str, records: Mapping[str, Sequence[VectorRecord]]) -> None:

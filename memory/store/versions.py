@@ -21,7 +21,7 @@ writes again.)
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memory.store import codec
 
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 Version = tuple[int, str | None]  # (writes of this process, the shared stamp; None: embedded or no record)
 
 
-def changed(collections: Collections, group_id: str, *, stamp: bool = True) -> None:
-    """Record a write to the group's records (inside a store call, after the write)."""
+def changed(collections: Collections, group_id: str, *, stamp: bool = True, appended: Any = None) -> None:
+    """Record a write to the group's records (inside a store call, after the write). ``appended``: the
+    write only added records (``memory.store.group_snapshot.Appended``), which an embedded read cache
+    adds to its snapshot instead of reading the group again."""
     connection = collections.connection
-    connection.bump(group_id)
+    connection.bump(group_id, appended)
     if stamp and connection.shared:
         # Its own handle, not the cached ones: the stamp is bookkeeping beside the write it follows.
         registry = connection.client.get_or_create_collection(

@@ -113,7 +113,8 @@ def test_kill_9_while_ingesting_through_the_facade(tmp_path: Path, embedder: Sen
             if line.startswith("ack "):
                 _, session, *ids = line.split()
                 acked[session].update(ids)
-    service = Epimem.from_settings(background=False, embedder=embedder, data_dir=data_dir)
+    service = Epimem.from_settings(background=False, embedder=embedder, data_dir=data_dir, episode_idle_seconds=0.5)
+    time.sleep(0.6)  # the sessions went quiet while no server ran: the recovery forms their open tails too
     service.recover()
     for session in SESSIONS:
         assert service.pending_messages("g", session) == 0, "recovery left messages pending"
@@ -154,7 +155,11 @@ def test_kill_9_the_http_server_while_ingesting(tmp_path: Path, embedder: Senten
                     client.post(f"{server.url}/v1/groups/g/sessions/{session}/flush")
                 step += 1
             server.kill()
-        server.start()  # the startup recovery finishes what the kills interrupted
+        # The startup recovery finishes what the kills interrupted, and forms what went quiet meanwhile.
+        quiet = {**child_env(data_dir), "EPIMEM_EPISODE_IDLE_SECONDS": "1"}
+        server = ServerProcess.uvicorn(quiet, log=tmp_path / "server.log")
+        time.sleep(1.2)
+        server.start()
         server.wait_recovered()
         server.stop()
     service = Epimem.from_settings(background=False, embedder=embedder, data_dir=data_dir)

@@ -1,0 +1,89 @@
+"""Read snapshots extended by what adds appended equal snapshots read from scratch, whatever adds,
+formations, deletions and flushes came between (real embedded Chroma, the real model)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from helpers.builders import messages
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from api.facade import Epimem
+from memory.store.factory import open_store
+from memory.store.group_snapshot import GroupSnapshot
+
+STEPS = st.lists(
+    st.tuples(st.sampled_from(["add", "add", "add", "search", "flush", "delete"]), st.integers(0, 2)),
+    min_size=4,
+    max_size=12,
+)
+
+
+def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
+    """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
+    found = {}
+    for position, record_id in enumerate(snapshot.ids):
+        record = snapshot.record(position)
+        direction = snapshot.directions[position].round(5).tobytes() if snapshot.directions is not None else b""
+        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
+    return found
+
+
+def same(extended: GroupSnapshot, fresh: GroupSnapshot) -> None:
+    assert by_record(extended) == by_record(fresh)
+    assert extended.full == fresh.full
+    assert (extended.messages or {}) == (fresh.messages or {})
+    assert [s.session_id for s in extended.sessions] == [s.session_id for s in fresh.sessions]
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_extended_snapshots_equal_fresh_ones(
+    steps: list[tuple[str, int]], make_service: Callable[..., Epimem], backend: str
+) -> None:
+    if backend != "embedded":
+        pytest.skip("snapshots are extended in place on embedded Chroma only (a server's stamp says nothing more)")
+    service = make_service(auto_flush_pending=5)
+    group = f"g-{uuid.uuid4().hex[:8]}"  # the examples share the test's data folder
+    store = service.memory.store
+    reader = open_store(store.connection, model_id=store.model_id).vectors  # its own cache: reads from scratch
+    counter = 0
+    for action, session in steps:
+        sid = f"s{session}"
+        known = {info.session_id for info in service.memory.sessions(group)}
+        if action == "add":
+            batch = messages(2, prefix=f"{sid}-{counter}-", text="Turn {i} about the lake and the dog Rex.")
+            counter += 1
+            service.add_messages(group, sid, batch)
+        elif action == "flush" and sid in known:
+            service.flush(group, sid)
+        elif action == "delete" and sid in known:
+            pending = service.memory.messages(group, sid, unfinished=True)
+            if pending:
+                service.delete_message(group, sid, pending[0].id)
+        if not service.memory.sessions(group):
+            continue
+        service.search(group, "the dog Rex", k=3)  # the read path takes (or extends) the snapshot here
+        extended = store.vectors.snapshot(group)
+        same(extended, reader.snapshot(group))
+
+
+def test_an_add_to_a_known_session_extends_the_snapshot_without_reading_the_group(
+    make_service: Callable[..., Epimem], backend: str, group_id: str
+) -> None:
+    service = make_service()
+    service.add_messages(group_id, "s", messages(2, prefix="a"))
+    service.search(group_id, "Rex", k=3)
+    snapshots = service.memory.store.vectors.snapshots
+    before = snapshots.stats()
+    service.add_messages(group_id, "s", messages(2, prefix="b"))
+    hits = service.search(group_id, "Rex", k=3)
+    after = snapshots.stats()
+    assert hits[0].pending and set(hits[0].episode.source_message_ids) == {"a0", "a1", "b0", "b1"}
+    assert after.builds == before.builds + 1
+    assert after.extensions == before.extensions + (1 if backend == "embedded" else 0)
