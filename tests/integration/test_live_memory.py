@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -238,3 +240,30 @@ def test_received_time_not_message_time_decides(make_service: Callable[..., Epim
     assert service.pending_messages(group_id, "s") == 2
     flushed = service.flush(group_id, "s")
     assert [e.boundary_reason.value for e in flushed] == ["flush"]
+
+
+def test_a_deleted_pending_message_leaves_no_byte_on_disk(
+    backend: str, make_service: Callable[..., Epimem], group_id: str, tmp_path: Path
+) -> None:
+    """The same erasure as for a formed message: the text and the id are gone from every file of the folder."""
+    if backend != "embedded":
+        pytest.skip("the data folder is embedded Chroma's")
+    from memory.store.connection import close_embedded
+
+    service = make_service()
+    marker, secret_id = f"zqpending{uuid.uuid4().hex[:10]}", f"secretid{uuid.uuid4().hex[:10]}"
+    said = turns([("Caroline", f"My locker code is {marker}."), ("Melanie", "Noted, I will forget it.")])
+    said[0]["id"] = secret_id
+    service.add_messages(group_id, "chat-1", said)
+    assert service.search(group_id, "locker code", k=3)[0].pending
+    folder = tmp_path / "data"
+
+    def holding(needles: list[str]) -> set[str]:
+        return {n for path in folder.rglob("*") if path.is_file() for n in needles if n.encode() in path.read_bytes()}
+
+    assert holding([marker, secret_id]) == {marker, secret_id}
+    service.delete_message(group_id, "chat-1", secret_id)
+    assert marker not in service.context(group_id, "locker code", token_budget=200).text
+    service.close()
+    close_embedded(folder)  # stop the engine as a process exit would
+    assert holding([marker, secret_id]) == set()
