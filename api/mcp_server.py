@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     if args.url:
-        from api.client import EpimemClient
+        from epimem_client import EpimemClient
 
         client = EpimemClient(args.url, api_key=args.api_key or os.environ.get("EPIMEM_API_KEY"))
         server = build_server(lambda: client, default_group=args.group)

@@ -1,6 +1,6 @@
 """LangChain adapters (``pip install 'epimem[langchain]'``): a retriever and a chat message history.
 
-    from api.client import EpimemClient
+    from epimem_client import EpimemClient
     from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 
     memory = EpimemClient("http://127.0.0.1:8000")

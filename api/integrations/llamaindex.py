@@ -2,7 +2,7 @@
 ``llama_index.core.memory.Memory``.
 
     from llama_index.core.memory import Memory
-    from api.client import EpimemClient
+    from epimem_client import EpimemClient
     from api.integrations.llamaindex import EpimemMemoryBlock, EpimemRetriever
 
     client = EpimemClient("http://127.0.0.1:8000")

@@ -20,7 +20,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from api.client import AsyncEpimemClient, EpimemClient
+from epimem_client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 from api.settings import Settings
