@@ -102,13 +102,13 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(v1)
     app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
-    mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem[mcp])
+    mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem-server[mcp])
     app.include_router(explorer)
     mount_ui(app)  # the browser explorer at /ui, on the same public /v1 API
     app.add_middleware(
         RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes, keys=keys
     )  # on every path (also /mcp and /ui): local-mode guards, content types, key before body
-    setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem[otel])
+    setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem-server[otel])
     return app
 
 

@@ -1,4 +1,4 @@
-"""LangChain adapters (``pip install 'epimem[langchain]'``): a retriever and a chat message history.
+"""LangChain adapters (``pip install 'epimem-server[langchain]'``): a retriever and a chat message history.
 
     from epimem_client import EpimemClient
     from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever

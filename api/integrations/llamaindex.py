@@ -1,4 +1,4 @@
-"""LlamaIndex adapters (``pip install 'epimem[llamaindex]'``): a retriever and a memory block for
+"""LlamaIndex adapters (``pip install 'epimem-server[llamaindex]'``): a retriever and a memory block for
 ``llama_index.core.memory.Memory``.
 
     from llama_index.core.memory import Memory

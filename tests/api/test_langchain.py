@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from epimem_client import AsyncEpimemClient, EpimemClient
 from helpers.builders import T0, seed_rex_chat
 from helpers.docs_blocks import run_block
 from helpers.servers import AppServer
@@ -20,7 +21,6 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from epimem_client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 from api.settings import Settings

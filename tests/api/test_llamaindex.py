@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from epimem_client import AsyncEpimemClient, EpimemClient
 from helpers.builders import seed_rex_chat
 from helpers.docs_blocks import run_block
 from helpers.servers import AppServer
@@ -16,7 +17,6 @@ from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms import MockLLM
 from llama_index.core.memory import Memory
 
-from epimem_client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.llamaindex import EpimemMemoryBlock, EpimemRetriever
 from api.settings import Settings

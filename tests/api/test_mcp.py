@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from epimem_client import EpimemClient
 from helpers.builders import turns
 from helpers.docs_blocks import blocks, run_block
 from helpers.paths import BIN, ROOT
@@ -24,7 +25,6 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from epimem_client import EpimemClient
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder

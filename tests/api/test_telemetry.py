@@ -161,4 +161,4 @@ def test_without_the_extra_the_app_is_unchanged(tmp_path: Path) -> None:
         run = subprocess.run(args, capture_output=True, text=True, env=env)
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.strip().splitlines()[-1] == "False False"
-        assert "epimem[otel] is not installed" in run.stderr
+        assert "epimem-server[otel] is not installed" in run.stderr
