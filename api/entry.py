@@ -8,7 +8,10 @@ import importlib.util
 import sys
 
 SERVER_MODULES = ("typer", "fastapi", "chromadb", "torch", "sentence_transformers")
-HINT = "epimem: the command line is part of the server; install it with: pip install epimem-server (from a clone: pip install -e .)"
+HINT = (
+    "epimem: the command line is part of the server; install it with: pip install epimem-server "
+    "(from a clone: pip install -e .)"
+)
 
 
 def missing_server_modules() -> list[str]:

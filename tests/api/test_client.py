@@ -10,6 +10,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from helpers.builders import T0, messages
+from helpers.servers import AppServer
+
+from api.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
+from api.facade import Epimem
+from api.settings import Settings
 from epimem_client import (
     AddReceipt,
     AsyncEpimemClient,
@@ -23,12 +29,6 @@ from epimem_client import (
     SessionInfo,
     TimelinePage,
 )
-from helpers.builders import T0, messages
-from helpers.servers import AppServer
-
-from api.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
-from api.facade import Epimem
-from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import ConflictError, InvalidInputError, NotFoundError
 

@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from epimem_client import AsyncEpimemClient, EpimemClient
 from helpers.builders import T0, seed_rex_chat
 from helpers.docs_blocks import run_block
 from helpers.servers import AppServer
@@ -24,6 +23,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 from api.facade import Epimem
 from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 from api.settings import Settings
+from epimem_client import AsyncEpimemClient, EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
 

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from epimem_client import AsyncEpimemClient, EpimemClient
 from helpers.builders import seed_rex_chat
 from helpers.docs_blocks import run_block
 from helpers.servers import AppServer
@@ -20,6 +19,7 @@ from llama_index.core.memory import Memory
 from api.facade import Epimem
 from api.integrations.llamaindex import EpimemMemoryBlock, EpimemRetriever
 from api.settings import Settings
+from epimem_client import AsyncEpimemClient, EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
 

@@ -16,7 +16,6 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from epimem_client import EpimemClient
 from helpers.builders import turns
 from helpers.docs_blocks import blocks, run_block
 from helpers.paths import BIN, ROOT
@@ -27,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from api.facade import Epimem
 from api.settings import Settings
+from epimem_client import EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
 TOOLS = {

@@ -11,14 +11,10 @@ from pathlib import Path
 
 import pytest
 from helpers.paths import ROOT
-from helpers.servers import AppServer
-
-from api.facade import Epimem
-from api.settings import Settings
-from memory.embedding.embedder import SentenceTransformerEmbedder
 
 HEAVY = ("chromadb", "torch", "numpy", "sentence_transformers")
-# The client's dependencies (clients/python/pyproject.toml) and what they pull in, with pydantic-settings and\n# dateutil (a broken server install may well have those).
+# The client's dependencies (clients/python/pyproject.toml) and what they pull in, with pydantic-settings and
+# dateutil (a broken server install may well have those).
 BASE = (
     "pydantic",
     "pydantic_core",

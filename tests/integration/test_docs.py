@@ -198,7 +198,7 @@ def test_the_quickstart_starts_the_server_then_talks_to_it(page: str) -> None:
     python_at = next(i for i, b in enumerate(runnable) if b.language == "python")
     curl_at = next(i for i, b in enumerate(runnable) if "curl" in b.code)
     assert serve_at < python_at < curl_at
-    assert "EpimemClient(\"http://127.0.0.1:8000\")" in runnable[python_at].code
+    assert 'EpimemClient("http://127.0.0.1:8000")' in runnable[python_at].code
     assert not any("from_settings" in b.code for b in runnable[serve_at:])
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
 
