@@ -158,7 +158,12 @@
   async function dispatch() {
     clearError();
     const [path, search] = location.hash.replace(/^#\/?/, "").split("?");
-    const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    let parts;
+    try {
+      parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    } catch (error) {  // a malformed address (%E0%A4%A): no page, said in the page
+      return render("Not found", emptyState("There is no such page.", "The address is malformed. Use the tabs above."));
+    }
     const params = new URLSearchParams(search || "");
     const views = window.epimemViews;
     const mine = ++generation;
@@ -192,10 +197,15 @@
 
   async function route_() {
     main.setAttribute("aria-busy", "true");
+    const started = generation;
     try {
       await dispatch();
     } catch (error) {
       showError(error);
+      // The view that failed must not leave the previous one on screen under its message.
+      if (generation === started + 1 && error.status !== 401) {
+        render("Not shown", emptyState("Nothing to show here.", "The message above says why. Use the tabs or Groups."));
+      }
     } finally {
       main.removeAttribute("aria-busy");
       document.body.dataset.rendered = location.hash;
