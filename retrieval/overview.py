@@ -24,6 +24,7 @@ class SessionStats(BaseModel):
     episodes: int
     first: datetime | None = Field(description="earliest message or episode time")
     last: datetime | None = Field(description="latest message or episode time")
+    speakers: list[str] = Field(default_factory=list, description="producer ids of its messages, first seen first")
 
 
 class GroupStats(BaseModel):
@@ -58,21 +59,26 @@ class Overview:
         self._log = log
         self._vectors = vectors
 
-    def _times(self, group_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-        """Message and episode times per session."""
+    def _times(
+        self, group_id: str
+    ) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, dict[str, None]]]:
+        """Message and episode times per session, and who spoke in each (an ordered set of producer ids)."""
         messages: dict[str, list[float]] = {}
+        speakers: dict[str, dict[str, None]] = {}
         for _, _, meta in self._log.records(group_id, "message"):
             messages.setdefault(str(meta["session_id"]), []).append(float(meta["ts"]))
+            if meta.get("producer_id"):
+                speakers.setdefault(str(meta["session_id"]), {})[str(meta["producer_id"])] = None
         episodes: dict[str, list[float]] = {}
         for record in self._vectors.records(group_id, selection=scope_filter(Scope(), kinds=EPISODE_KINDS)):
             episodes.setdefault(record.session_id, []).append(record.timestamp)
-        return messages, episodes
+        return messages, episodes, speakers
 
     def group(self, group_id: str) -> tuple[GroupStats, list[SessionStats]]:
         """The group's counts, and its sessions' (oldest first)."""
         config = self._log.get_group_config(group_id) or GroupConfiguration(group_id=group_id)
         infos = self._log.list_sessions(group_id)
-        messages, episodes = self._times(group_id)
+        messages, episodes, speakers = self._times(group_id)
         sessions = []
         for info in infos:
             first, last = _span(messages.get(info.session_id, []) + episodes.get(info.session_id, []))
@@ -83,6 +89,7 @@ class Overview:
                     episodes=len(episodes.get(info.session_id, [])),
                     first=first,
                     last=last,
+                    speakers=list(speakers.get(info.session_id, {})),
                 )
             )
         first, last = _span([t for values in (*messages.values(), *episodes.values()) for t in values])

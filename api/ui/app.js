@@ -120,6 +120,12 @@
       pager(offset, page.next_offset, (next) => groupsView(ctx, next).catch(showError)));
   }
 
+  /* The session's declared people (user and agent ids), else who spoke in it. */
+  const people = (info, speakers) => {
+    const declared = [...info.user_ids, ...info.agent_ids];
+    return declared.length ? declared : speakers || [];
+  };
+
   async function sessionsView(ctx, group, offset = 0) {
     const render = ctx.render;
     tabs(group);
@@ -145,7 +151,7 @@
           info.title || info.session_id), info.title ? h("div", { class: "sub" }, info.session_id) : null),
         h("td", { class: "num" }, item.messages), h("td", { class: "num" }, item.episodes),
         h("td", {}, fmtTime(item.first)), h("td", {}, fmtTime(item.last)),
-        h("td", {}, [...info.user_ids, ...info.agent_ids].join(", ") || "—"),
+        h("td", {}, people(info, item.speakers).join(", ") || "—"),
         h("td", { class: "mono" }, jsonText(info.metadata)));
     });
     render(group, heading,

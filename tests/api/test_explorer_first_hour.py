@@ -86,6 +86,13 @@ def test_an_unknown_group_or_a_malformed_address_replaces_the_view(server: AppSe
     assert page.get_by_text("There is no such page.").is_visible()
 
 
+def test_the_sessions_show_who_spoke_when_no_people_are_declared(server: AppServer, page: Any) -> None:
+    visit(page, server.url + "/ui/#/g/team-a")
+    headers = page.locator("table thead th").evaluate_all("nodes => nodes.map(n => n.textContent)")
+    cells = page.locator("tr[data-session='chat-2'] td").all_inner_texts()
+    assert cells[headers.index("People") - 1] == "Caroline, Melanie"  # the row's header cell is a th
+
+
 def test_the_context_slider_sends_the_budget_it_shows(server: AppServer, page: Any) -> None:
     visit(page, server.url + "/ui/#/g/team-a/context")
     shown = page.locator("#c-budget-value").inner_text()
