@@ -1,4 +1,5 @@
-"""The thin Python client of an epimem server: ``pip install epimem-client``, ``import epimem_client``.
+"""The thin Python client of an epimem server: the ``epimem-client`` distribution (``pip install ./clients/python``
+from a clone), ``import epimem_client``.
 It needs pydantic and httpx only, and imports nothing of the server."""
 
 from epimem_client.client import AsyncEpimemClient, EpimemClient
