@@ -28,6 +28,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from pydantic import Field
 
 from api.integrations._common import (
+    CONTEXT_RESULTS,
     Memory,
     add_new,
     citation_metadata,
@@ -54,7 +55,7 @@ def _role(role: MessageRole) -> Role:
 
 
 def _nodes(found: list[SearchHit] | ContextResult) -> list[NodeWithScore]:
-    if isinstance(found, ContextResult):
+    if isinstance(found, CONTEXT_RESULTS):
         return [
             NodeWithScore(node=TextNode(text=text, metadata=citation_metadata(citation)), score=None)
             for text, citation in context_pieces(found)
