@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from api.auth import KeyRing
 from api.error_handling import install_error_handlers
@@ -31,6 +32,7 @@ from memory.errors import EpimemError
 
 log = logging.getLogger("epimem.api")
 
+DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's scripts, styles and favicon
 DESCRIPTION = """Episodic memory for LLM applications.
 
 Messages go in per (group, session); they are stored durably at once and become titled,
@@ -77,7 +79,10 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
             if owned:
                 app.state.service.close()
 
-    app = FastAPI(
+    # /docs and /redoc from assets shipped in the fastapi-offline package (Swagger UI, ReDoc), not from a CDN:
+    # they work with no network, like the rest of epimem.
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS,
         title="epimem",
         version="1",
         description=DESCRIPTION,
@@ -102,13 +107,13 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(v1)
     app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
-    mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem[mcp])
+    mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem-server[mcp])
     app.include_router(explorer)
     mount_ui(app)  # the browser explorer at /ui, on the same public /v1 API
     app.add_middleware(
         RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes, keys=keys
     )  # on every path (also /mcp and /ui): local-mode guards, content types, key before body
-    setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem[otel])
+    setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem-server[otel])
     return app
 
 

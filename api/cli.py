@@ -31,7 +31,7 @@ from api.cli_common import (
     settings_for,
     short,
 )
-from api.cli_files import require_group
+from api.cli_files import note_when_empty
 from api.settings import Settings
 from api.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
 from retrieval.types import ContextQuery, Direction, Order, SearchQuery
@@ -52,6 +52,18 @@ def _flag_type(option: typer.core.TyperOption, ctx: Any) -> str | None:
 _option_type = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
 
+
+def _usage_name(argument: typer.core.TyperArgument) -> str:
+    """``GROUP_ID`` for a required argument, ``[GROUP_ID]`` for an optional one, as click and every man page
+    write them (typer 0.29 writes ``{group_id}``)."""
+    name = argument.metavar or (argument.name or "").upper()
+    name = name if argument.required else f"[{name}]"
+    return name + "..." if argument.nargs != 1 else name
+
+
+if hasattr(typer.core.TyperArgument, "_usage_display_name"):
+    typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign,assignment]
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -69,19 +81,19 @@ def serve(
         keys = check_keys(settings)
     except StartupError as error:
         fail(str(error))
-    if not keys.enabled:
-        if host not in LOOPBACK:
-            fail(
-                f"refusing to bind to {host}: no API keys are configured (local mode). "
-                "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
-            )
-        err.print(f"local mode: no API keys configured, listening on {host} only (this machine)")
+    if not keys.enabled and host not in LOOPBACK:
+        fail(
+            f"refusing to bind to {host}: no API keys are configured (local mode). "
+            "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
+        )
     if workers > 1 and settings.chroma_host is None:
         fail("--workers > 1 needs a Chroma server (EPIMEM_CHROMA_HOST): embedded Chroma is one process")
     try:
         _, sock = check_before_loading(settings, host=host, port=port)
     except StartupError as error:
         fail(str(error))
+    if not keys.enabled:  # said once the port is ours: a start that fails says only why
+        err.print(f"local mode: no API keys configured, serving {host} only (this machine)")
     _run_server(settings, sock, host=host, port=port, workers=workers, log_level=log_level)
 
 
@@ -117,7 +129,7 @@ def search(
 ) -> None:
     """Search a group's episodes by meaning and keyword."""
     with open_service(ctx, data_dir) as service:
-        require_group(service, group_id)
+        note_when_empty(service, group_id)
         request = SearchQuery(
             query=query,
             k=k,
@@ -159,7 +171,7 @@ def timeline(
 ) -> None:
     """Episodes of a group (or session) in time order, one page."""
     with open_service(ctx, data_dir) as service:
-        require_group(service, group_id)
+        note_when_empty(service, group_id)
         page = service.timeline(
             group_id,
             session_id=session,
@@ -197,14 +209,23 @@ def context(
 ) -> None:
     """A cited, token-budgeted context block for a prompt."""
     with open_service(ctx, data_dir) as service:
-        require_group(service, group_id)
+        note_when_empty(service, group_id)
         request = ContextQuery(query=query, token_budget=budget, session_ids=[session] if session else None, time=time)
         result = service.context(group_id, request)
     if as_json:
         print_json(result)
         return
     sys.stdout.write(result.text + "\n")
-    err.print(f"{result.tokens} tokens, {len(result.citations)} citations")
+    # The block's sources (which messages of which episode each dated piece comes from), after the block: stderr,
+    # so that stdout stays the text to paste.
+    err.print(f"{result.tokens} tokens, {len(result.citations)} citations" + (":" if result.citations else ""))
+    for number, citation in enumerate(result.citations, start=1):
+        err.print(
+            f"  [{number}] {citation.timestamp:%Y-%m-%d %H:%M} {citation.session_id}: "
+            f"messages {', '.join(citation.message_ids)} (episode {citation.episode_id})",
+            soft_wrap=True,
+            highlight=False,
+        )
 
 
 @app.command()

@@ -14,7 +14,6 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import BaseModel
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from api.facade import Epimem
@@ -52,15 +51,13 @@ def open_service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
     except StartupError as error:
         fail(str(error), 1)
     except EpimemError as error:  # e.g. the folder is held by a running server
-        fail(f"({error.code}) {error.message}", 1)
+        fail(error.message, 1, code=error.code)
     try:
         yield service
     except EpimemError as error:
-        err.print(f"[red]error[/red] ({error.code}): {escape(error.message)}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(error.message, 1, code=error.code)
     except ValueError as error:  # bad input caught by validation (ids, query fields)
-        err.print(f"[red]error[/red] (invalid_input): {escape(str(error))}", soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(str(error), 1, code="invalid_input")
     finally:
         service.close()
 
@@ -86,9 +83,11 @@ def short(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def fail(message: str, status: int = 2) -> NoReturn:
-    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix."""
-    typer.echo(f"error: {message}", err=True)
+def fail(message: str, status: int = 2, *, code: str | None = None) -> NoReturn:
+    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix. Every
+    command says it the same way: ``error (code): message``, or ``error: message`` for a mistake with no
+    code of the HTTP API (a bad option, a data folder that cannot be used)."""
+    typer.echo(f"error ({code}): {message}" if code else f"error: {message}", err=True)
     raise typer.Exit(status)
 
 

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from api.cli_common import fail
 from memory.errors import EpimemError
 from memory.store.erasure import erase_folder
 from memory.store.folder_lock import LOCK_NAME, lock_folder, release_folder
@@ -36,13 +37,11 @@ def erase_residue(
         if locked:
             lock_folder(data_dir)
     except EpimemError as error:
-        typer.echo(f"error: {error.message}", err=True)
-        raise typer.Exit(2) from error
+        fail(error.message, 2, code=error.code)
     try:
         report = erase_folder(chroma_path)
     except FileNotFoundError as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+        fail(str(error), 2)
     finally:
         if locked:
             release_folder(data_dir)

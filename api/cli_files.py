@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from api.cli_common import err
 from api.facade import Epimem
-from memory.errors import InvalidInputError, NotFoundError
+from memory.errors import InvalidInputError
 
 REQUIRED = ("group_id", "session_id", "id", "content")
 
@@ -59,7 +60,8 @@ def check_messages_file(path: Path) -> None:
                 )
 
 
-def require_group(service: Epimem, group_id: str) -> None:
-    """``NotFoundError`` for a group with nothing stored (checked before any model is loaded)."""
+def note_when_empty(service: Epimem, group_id: str) -> None:
+    """A query of a group that holds nothing answers empty, as over HTTP; the note on stderr says why (a typo
+    in the group's name, most of the time)."""
     if not service.group_exists(group_id):
-        raise NotFoundError(f"group {group_id!r} not found (`epimem stats` lists the groups)")
+        err.print(f"note: group {group_id!r} holds nothing (`epimem stats` lists the groups)", style="yellow")

@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+from api.cli_common import fail
 from api.composition import lazy_embedder, segmentation_policy
 from api.settings import Settings
 from memory.episodes.segmentation import GapDecision, decide_gaps
@@ -69,9 +70,10 @@ def segment(
             raise FileNotFoundError(f"no such file: {file}")
         check_lines(file)
         batches = list(read_jsonl(file))
-    except (EpimemError, FileNotFoundError, UnicodeDecodeError) as error:
-        typer.echo(f"error: {error}", err=True)
-        raise typer.Exit(2) from error
+    except EpimemError as error:
+        fail(error.message, 2, code=error.code)
+    except (FileNotFoundError, UnicodeDecodeError) as error:
+        fail(str(error), 2)
     embedder = lazy_embedder(settings)
     policy = segmentation_policy(settings)
     for group_id, session_id, messages in batches:

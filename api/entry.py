@@ -1,6 +1,6 @@
-"""The ``epimem`` console script. The command line belongs to the server (``epimem[server]``); a
-client-only install gets one clear line instead of a traceback. ``epimem mcp`` also runs with only
-``epimem[mcp]`` installed when it talks to a running epimem (``--url``)."""
+"""The ``epimem`` console script. The command line belongs to the server (``epimem-server``); an environment
+without the server's packages gets one clear line instead of a traceback. ``epimem mcp`` also runs without
+them when it talks to a running epimem (``--url``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import importlib.util
 import sys
 
 SERVER_MODULES = ("typer", "fastapi", "chromadb", "torch", "sentence_transformers")
-HINT = "epimem: the command line is part of the server; install it with: pip install 'epimem[server]'"
+HINT = (
+    "epimem: the command line is part of the server; install it with: pip install epimem-server "
+    "(from a clone: pip install -e .)"
+)
 
 
 def missing_server_modules() -> list[str]:

@@ -1,21 +1,9 @@
 """Errors only the HTTP surface raises: a missing or unknown key, a key that may not do this, a body
-too large. They share the root ``EpimemError`` (and its one error shape) with the domain's errors."""
+too large. They share the root ``EpimemError`` (and its one error shape) with the domain's errors, and
+are defined with them in ``epimem_client.errors``."""
 
 from __future__ import annotations
 
-from memory.errors import EpimemError
+from epimem_client.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
 
-
-class PayloadTooLargeError(EpimemError):
-    status_code = 413
-    code = "payload_too_large"
-
-
-class UnauthorizedError(EpimemError):
-    status_code = 401
-    code = "unauthorized"
-
-
-class ForbiddenError(EpimemError):
-    status_code = 403
-    code = "forbidden"
+__all__ = ["ForbiddenError", "PayloadTooLargeError", "UnauthorizedError"]

@@ -216,7 +216,7 @@ class Epimem:
         """The group's counts and its sessions' counts (messages, episodes, time spans)."""
         _scope_ids(group_id)
         if not self.memory.group_exists(group_id):
-            raise NotFoundError("group not found")
+            raise NotFoundError(f"group {group_id!r} not found: nothing is stored in it")
         return self._overview.group(group_id)
 
     def group_stats(self, group_id: str) -> GroupStats:

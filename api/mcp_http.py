@@ -2,7 +2,7 @@
 behind the app's API keys: a request without a valid key gets the same 401 as every route, and a
 tool call on a group the key does not cover (or that needs a role it lacks) is refused.
 
-``mount_mcp(app)`` does nothing when the ``mcp`` package is not installed (``epimem[mcp]``).
+``mount_mcp(app)`` does nothing when the ``mcp`` package is not installed (``epimem-server[mcp]``).
 """
 
 from __future__ import annotations

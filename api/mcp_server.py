@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, cast
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -261,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parser().parse_args(argv)
     if args.url:
-        from api.client import EpimemClient
+        from epimem_client import EpimemClient
 
         client = EpimemClient(args.url, api_key=args.api_key or os.environ.get("EPIMEM_API_KEY"))
-        server = build_server(lambda: client, default_group=args.group)
+        # The client returns its own wire models, with the same fields as the facade's that the tools read.
+        server = build_server(lambda: cast(Backend, client), default_group=args.group)
         try:
             server.run("stdio")
         finally:
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as error:  # a client-only install: only --url can work
         print(
             f"epimem mcp: serving a data folder needs the server ({error.name} is missing): "
-            "pip install 'epimem[server,mcp]', or pass --url of a running epimem",
+            "pip install 'epimem-server[mcp]', or pass --url of a running epimem",
             file=sys.stderr,
         )
         return 1

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (``pip install 'epimem[otel]'``), configured by the standard ``OTEL_*``
+"""OpenTelemetry traces (``pip install 'epimem-server[otel]'``), configured by the standard ``OTEL_*``
 variables: set ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) and every
 HTTP request becomes a trace (OTLP over HTTP) with child spans for store calls, embedding,
 segmentation, episode generation, search and context packing. ``OTEL_SERVICE_NAME`` names the
@@ -78,7 +78,7 @@ def setup_tracing(app: FastAPI, tracer_provider: Any = None) -> bool:
 
         tracer_provider = tracer_provider if tracer_provider is not None else _otlp_provider()
     except ImportError:
-        log.warning("OTEL_* asks for traces but epimem[otel] is not installed: no traces")
+        log.warning("OTEL_* asks for traces but epimem-server[otel] is not installed: no traces")
         return False
     FastAPIInstrumentor.instrument_app(
         app,

@@ -1,51 +1,25 @@
-"""One root exception; every error knows its HTTP status and a stable code."""
+"""One root exception; every error knows its HTTP status and a stable code. The classes that travel over
+the wire are defined once, in the thin client's ``epimem_client.errors`` (shipped with the server), so that
+the server raises, and the client raises back, the very same classes."""
 
 from __future__ import annotations
 
-from typing import Any
+from epimem_client.errors import (
+    ConflictError,
+    EpimemError,
+    InvalidInputError,
+    ModelMismatchError,
+    ModelNotFoundError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 
-
-class EpimemError(Exception):
-    status_code = 500
-    code = "internal_error"
-
-    def __init__(self, message: str, *, details: Any = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
-
-
-class InvalidInputError(EpimemError, ValueError):
-    status_code = 422
-    code = "invalid_input"
-
-
-class NotFoundError(EpimemError):
-    status_code = 404
-    code = "not_found"
-
-
-class ConflictError(EpimemError):
-    status_code = 409
-    code = "conflict"
-
-
-class ModelMismatchError(EpimemError):
-    status_code = 409
-    code = "embedding_model_mismatch"
-
-
-class ModelNotFoundError(EpimemError):
-    status_code = 500
-    code = "embedding_model_missing"
-
-
-class StoreUnavailableError(EpimemError):
-    """The vector store cannot be reached; the caller may retry later."""
-
-    status_code = 503
-    code = "store_unavailable"
-
-    def __init__(self, message: str, *, retry_after: int = 5, details: Any = None) -> None:
-        super().__init__(message, details=details)
-        self.retry_after = retry_after
+__all__ = [
+    "ConflictError",
+    "EpimemError",
+    "InvalidInputError",
+    "ModelMismatchError",
+    "ModelNotFoundError",
+    "NotFoundError",
+    "StoreUnavailableError",
+]

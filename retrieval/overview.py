@@ -29,6 +29,7 @@ class SessionStats(BaseModel):
     )
     first: datetime | None = Field(description="earliest message or episode time")
     last: datetime | None = Field(description="latest message or episode time")
+    speakers: list[str] = Field(default_factory=list, description="producer ids of its messages, first seen first")
 
 
 class GroupStats(BaseModel):
@@ -52,6 +53,7 @@ class Histogram(BaseModel):
     counts: list[list[int]] = Field(description="per session (same order as `sessions`), episodes per bucket")
 
 
+Speakers = dict[str, dict[str, None]]  # session -> producer ids, first seen first
 EMPTY = Histogram(start=None, end=None, bucket_seconds=0, total=0, sessions=[], counts=[])
 
 
@@ -64,24 +66,29 @@ class Overview:
         self._log = log
         self._vectors = vectors
 
-    def _times(self, group_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]], Counter[str]]:
-        """Message and episode times per session, and the pending messages per session."""
+    def _times(self, group_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]], Counter[str], Speakers]:
+        """Message and episode times per session, the pending messages per session, and who spoke in each (an
+        ordered set of producer ids)."""
         messages: dict[str, list[float]] = {}
         pending: Counter[str] = Counter()
+        speakers: Speakers = {}
         for _, _, meta in self._log.records(group_id, "message"):
-            messages.setdefault(str(meta["session_id"]), []).append(float(meta["ts"]))
+            session = str(meta["session_id"])
+            messages.setdefault(session, []).append(float(meta["ts"]))
             if meta.get("state") == MessageState.PENDING.value:
-                pending[str(meta["session_id"])] += 1
+                pending[session] += 1
+            if meta.get("producer_id"):
+                speakers.setdefault(session, {})[str(meta["producer_id"])] = None
         episodes: dict[str, list[float]] = {}
         for record in self._vectors.records(group_id, selection=scope_filter(Scope(), kinds=EPISODE_KINDS)):
             episodes.setdefault(record.session_id, []).append(record.timestamp)
-        return messages, episodes, pending
+        return messages, episodes, pending, speakers
 
     def group(self, group_id: str) -> tuple[GroupStats, list[SessionStats]]:
         """The group's counts, and its sessions' (oldest first)."""
         config = self._log.get_group_config(group_id) or GroupConfiguration(group_id=group_id)
         infos = self._log.list_sessions(group_id)
-        messages, episodes, pending = self._times(group_id)
+        messages, episodes, pending, speakers = self._times(group_id)
         sessions = []
         for info in infos:
             first, last = _span(messages.get(info.session_id, []) + episodes.get(info.session_id, []))
@@ -94,6 +101,7 @@ class Overview:
                     open_episode_id=open_episode_id(info.session_id) if pending[info.session_id] else None,
                     first=first,
                     last=last,
+                    speakers=list(speakers.get(info.session_id, {})),
                 )
             )
         first, last = _span([t for values in (*messages.values(), *episodes.values()) for t in values])

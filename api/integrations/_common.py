@@ -8,8 +8,12 @@ import re
 from datetime import datetime
 from typing import Any, Protocol
 
+from epimem_client import ContextResult as WireContextResult
 from memory.models import Message
 from retrieval.types import Citation, ContextResult, SearchHit
+
+# A context as the facade returns it, or as the HTTP client does (its own wire model, with the same fields).
+CONTEXT_RESULTS = (ContextResult, WireContextResult)
 
 _PIECE_HEADER = re.compile(r"^\[\d{4}-\d{2}-\d{2}")
 

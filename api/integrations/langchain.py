@@ -1,6 +1,6 @@
-"""LangChain adapters (``pip install 'epimem[langchain]'``): a retriever and a chat message history.
+"""LangChain adapters (``pip install 'epimem-server[langchain]'``): a retriever and a chat message history.
 
-    from api.client import EpimemClient
+    from epimem_client import EpimemClient
     from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 
     memory = EpimemClient("http://127.0.0.1:8000")
@@ -27,6 +27,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from api.integrations._common import (
+    CONTEXT_RESULTS,
     Memory,
     add_new,
     citation_metadata,
@@ -64,7 +65,7 @@ class EpimemRetriever(BaseRetriever):
         return {"k": self.k, **scope} if self.mode == "episodes" else {"token_budget": self.token_budget, **scope}
 
     def _documents(self, found: list[SearchHit] | ContextResult) -> list[Document]:
-        if isinstance(found, ContextResult):
+        if isinstance(found, CONTEXT_RESULTS):
             return [Document(page_content=t, metadata=citation_metadata(c)) for t, c in context_pieces(found)]
         return [Document(page_content=hit_text(hit), metadata=hit_metadata(hit)) for hit in found]
 

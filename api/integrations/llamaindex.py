@@ -1,8 +1,8 @@
-"""LlamaIndex adapters (``pip install 'epimem[llamaindex]'``): a retriever and a memory block for
+"""LlamaIndex adapters (``pip install 'epimem-server[llamaindex]'``): a retriever and a memory block for
 ``llama_index.core.memory.Memory``.
 
     from llama_index.core.memory import Memory
-    from api.client import EpimemClient
+    from epimem_client import EpimemClient
     from api.integrations.llamaindex import EpimemMemoryBlock, EpimemRetriever
 
     client = EpimemClient("http://127.0.0.1:8000")
@@ -28,6 +28,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from pydantic import Field
 
 from api.integrations._common import (
+    CONTEXT_RESULTS,
     Memory,
     add_new,
     citation_metadata,
@@ -54,7 +55,7 @@ def _role(role: MessageRole) -> Role:
 
 
 def _nodes(found: list[SearchHit] | ContextResult) -> list[NodeWithScore]:
-    if isinstance(found, ContextResult):
+    if isinstance(found, CONTEXT_RESULTS):
         return [
             NodeWithScore(node=TextNode(text=text, metadata=citation_metadata(citation)), score=None)
             for text, citation in context_pieces(found)

@@ -120,6 +120,12 @@
       pager(offset, page.next_offset, (next) => groupsView(ctx, next).catch(showError)));
   }
 
+  /* The session's declared people (user and agent ids), else who spoke in it. */
+  const people = (info, speakers) => {
+    const declared = [...info.user_ids, ...info.agent_ids];
+    return declared.length ? declared : speakers || [];
+  };
+
   async function sessionsView(ctx, group, offset = 0) {
     const render = ctx.render;
     tabs(group);
@@ -148,7 +154,7 @@
         h("td", { class: "num" }, item.pending ? h("a", { class: "pending-link", title: "messages not in an episode yet",
           href: route("g", group, "s", info.session_id, "e", item.open_episode_id) }, item.pending) : "0"),
         h("td", {}, fmtTime(item.first)), h("td", {}, fmtTime(item.last)),
-        h("td", {}, [...info.user_ids, ...info.agent_ids].join(", ") || "—"),
+        h("td", {}, people(info, item.speakers).join(", ") || "—"),
         h("td", { class: "mono" }, jsonText(info.metadata)));
     });
     render(group, heading,
@@ -161,7 +167,12 @@
   async function dispatch() {
     clearError();
     const [path, search] = location.hash.replace(/^#\/?/, "").split("?");
-    const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    let parts;
+    try {
+      parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+    } catch (error) {  // a malformed address (%E0%A4%A): no page, said in the page
+      return render("Not found", emptyState("There is no such page.", "The address is malformed. Use the tabs above."));
+    }
     const params = new URLSearchParams(search || "");
     const views = window.epimemViews;
     const mine = ++generation;
@@ -195,10 +206,15 @@
 
   async function route_() {
     main.setAttribute("aria-busy", "true");
+    const started = generation;
     try {
       await dispatch();
     } catch (error) {
       showError(error);
+      // The view that failed must not leave the previous one on screen under its message.
+      if (generation === started + 1 && error.status !== 401) {
+        render("Not shown", emptyState("Nothing to show here.", "The message above says why. Use the tabs or Groups."));
+      }
     } finally {
       main.removeAttribute("aria-busy");
       document.body.dataset.rendered = location.hash;

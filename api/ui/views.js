@@ -22,8 +22,11 @@
     ctx.route("g", group, "s", episode.session_id || episode.sessionId, "e", episode.uuid || episode.episode_id)
       + (message ? "?m=" + encodeURIComponent(message) : "");
 
+  /* "Now" for words such as "past 7 days": just after the group's last activity, so that window holds it. */
+  const justAfter = (last) => new Date(Date.parse(last) + 1000).toISOString();
+
   function timeFilter(id, value) {
-    return field("Time", h("input", { id, name: "time", value: value || "", placeholder: "e.g. last week, May 2023",
+    return field("Time", h("input", { id, name: "time", value: value || "", placeholder: "e.g. past 7 days, May 2023",
       autocomplete: "off" }), "read by the server's own parser");
   }
 
@@ -42,7 +45,7 @@
     if (params.get("end")) query.end = params.get("end");
     if (time) {
       query.time = time;
-      if (relative && data.group.last) query.reference_time = data.group.last;
+      if (relative && data.group.last) query.reference_time = justAfter(data.group.last);
     }
     const hist = await api.get(g(group) + "/timeline/histogram", query);
     const form = timelineForm(ctx, group, data.sessions, session, time, relative);
@@ -119,7 +122,7 @@
       location.hash = ctx.route("g", group, "timeline") + (next.toString() ? "?" + next : "");
     } },
     field("Session", select), input,
-    h("div", { class: "field check" }, box, h("label", { for: "tl-relative" }, "“last week” means before the group's last activity (not today)")),
+    h("div", { class: "field check" }, box, h("label", { for: "tl-relative" }, "Count back from the group's last activity (not today): “past 7 days” ends with it")),
     h("div", { class: "field" }, h("button", { type: "submit" }, "Apply")));
   }
 
@@ -176,7 +179,7 @@
       const body = { query: q.value, k: Number(k.value) || 10 };
       if (select.value) body.session_ids = [select.value];
       const text = time.querySelector("input").value.trim();
-      if (text) { body.time = text; if (data.group.last) body.reference_time = data.group.last; }
+      if (text) { body.time = text; if (data.group.last) body.reference_time = justAfter(data.group.last); }
       results.replaceChildren(h("p", { class: "muted" }, "Searching…"));
       try {
         const out = await api.request("POST", g(group) + "/search", { body });
@@ -217,7 +220,7 @@
     const data = await ctx.overview(group);
     const out = h("div", { id: "context-out", "aria-live": "polite" });
     const q = h("input", { id: "c-query", required: true, autocomplete: "off" });
-    const budget = h("input", { id: "c-budget", type: "range", min: 16, max: 2000, step: 8, value: 300 });
+    const budget = h("input", { id: "c-budget", type: "range", min: 16, max: 2000, step: 4, value: 300 });  // 300 on the steps
     const shown = h("output", { for: "c-budget", id: "c-budget-value" }, "300 tokens");
     let timer = null;
     const build = async () => {

@@ -73,6 +73,7 @@ class SentenceTransformerEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
 
         if model is None:
             path = bundled_model_path()
@@ -86,6 +87,9 @@ class SentenceTransformerEmbedder:
                     "Install the model locally and set EPIMEM_EMBEDDING_MODEL to its path."
                 )
         onnx = backend != "torch"
+        # transformers draws a "Loading weights … 103/103" bar on stderr for a model read from a local folder in
+        # well under a second: noise in a command's output and in a server's log.
+        transformers_logging.disable_progress_bar()
         try:
             # The ONNX backends run only the transformer in onnxruntime; tokenizer and pooling stay here.
             self._model = SentenceTransformer(

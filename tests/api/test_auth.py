@@ -32,7 +32,7 @@ KEYS = {
 }
 # Routes that answer without a key, on purpose: liveness, readiness and the API description.
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
-PUBLIC |= {("GET", "/docs/oauth2-redirect")}
+PUBLIC |= {("GET", "/docs/oauth2-redirect"), ("GET", "/docs-assets")}  # and Swagger UI's / ReDoc's files
 # Where to go (GET /) and the explorer's static files: no memory in them, every datum comes through /v1 with a key.
 PUBLIC |= {("GET", "/"), ("GET", "/ui")}
 NEEDS = {"read": 1, "write": 2, "admin": 3}

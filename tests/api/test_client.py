@@ -12,18 +12,25 @@ from pathlib import Path
 import pytest
 from helpers.builders import T0, messages
 from helpers.servers import AppServer
-from pydantic import ValidationError
 
-from api.client import AsyncEpimemClient, EpimemClient
 from api.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
 from api.facade import Epimem
 from api.settings import Settings
+from epimem_client import (
+    AddReceipt,
+    AsyncEpimemClient,
+    DeletionReceipt,
+    EpimemClient,
+    Episode,
+    GroupConfiguration,
+    ImportReceipt,
+    SearchHit,
+    ServerUnreachableError,
+    SessionInfo,
+    TimelinePage,
+)
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import ConflictError, InvalidInputError, NotFoundError
-from memory.lifecycle.transfer import ImportReceipt
-from memory.models import Episode, GroupConfiguration, SessionInfo
-from memory.receipts import AddReceipt, DeletionReceipt
-from retrieval.types import SearchHit, TimelinePage
 
 
 def test_sync_client_mirrors_the_facade(service: Epimem, serve: Callable[..., AppServer], group_id: str) -> None:
@@ -83,7 +90,7 @@ def test_sync_client_mirrors_the_facade(service: Epimem, serve: Callable[..., Ap
         assert [s.session_id for s in memory.list_sessions(dots)] == [".."]
         with pytest.raises(InvalidInputError):
             memory.add_messages("a/b", "s", messages(1))
-        with pytest.raises(ValidationError):
+        with pytest.raises(InvalidInputError, match="k"):  # checked by the server, said as a 422
             memory.search(group_id, "x", k=500)
 
 
@@ -161,3 +168,24 @@ def test_body_limit_on_a_real_socket(
             memory.add_messages("g", "s", [{"id": "1", "content": "y" * 3000}])
     finally:
         service.close()
+
+
+def test_a_server_that_is_not_running_is_said_as_such() -> None:
+    """No epimem at the URL: the client's own error, naming the URL and what to check, not httpx's."""
+    with socket.socket() as sock:  # a port that nothing listens on once this socket is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with EpimemClient(url, timeout=5) as memory:
+        with pytest.raises(ServerUnreachableError, match=f"no epimem answered at {url}.*epimem serve"):
+            memory.search("g", "x")
+        with pytest.raises(ServerUnreachableError):
+            list(memory.export_group("g"))
+        assert memory.ready() is False
+
+    async def scenario() -> None:
+        async with AsyncEpimemClient(url, timeout=5) as memory:
+            with pytest.raises(ServerUnreachableError, match="no epimem answered"):
+                await memory.add_messages("g", "s", [{"id": "1", "content": "x"}])
+
+    asyncio.run(scenario())

@@ -20,10 +20,10 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from api.client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 from api.settings import Settings
+from epimem_client import AsyncEpimemClient, EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
 

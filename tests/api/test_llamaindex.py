@@ -16,10 +16,10 @@ from llama_index.core.chat_engine import SimpleChatEngine
 from llama_index.core.llms import MockLLM
 from llama_index.core.memory import Memory
 
-from api.client import AsyncEpimemClient, EpimemClient
 from api.facade import Epimem
 from api.integrations.llamaindex import EpimemMemoryBlock, EpimemRetriever
 from api.settings import Settings
+from epimem_client import AsyncEpimemClient, EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
 

@@ -24,9 +24,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from api.client import EpimemClient
 from api.facade import Epimem
 from api.settings import Settings
+from epimem_client import EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
 TOOLS = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -32,7 +33,7 @@ WEIGHTS = "Loading weights"  # what loading the model prints
 
 
 def one_plain_line(result: subprocess.CompletedProcess[str], status: int, *words: str) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    lines = [line for line in result.stderr.splitlines() if re.match(r"error( \([a-z_]+\))?: ", line)]
     assert result.returncode == status, result.stderr[-3000:]
     assert len(lines) == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr and WEIGHTS not in result.stderr, result.stderr[-3000:]
@@ -232,11 +233,12 @@ def test_import_messages_name_the_file_type_and_the_line(tmp_path: Path, obj: di
     assert result.exit_code == 1 and "LoCoMo" in said(result)
 
 
-def test_an_unknown_group_is_named_not_an_empty_table(tmp_path: Path, obj: dict[str, object]) -> None:
+def test_an_unknown_group_answers_empty_with_a_note(tmp_path: Path, obj: dict[str, object]) -> None:
+    """As over HTTP (docs/http-api.md, "Unknown groups"): an empty answer, and a note that names the group."""
     for command in (["search", "nobody", "dog"], ["timeline", "nobody"], ["context", "nobody", "dog"]):
         result = runner.invoke(app, [*command, "--data-dir", str(tmp_path)], obj=obj)
-        assert result.exit_code == 1, result.output
-        assert "group 'nobody' not found" in said(result)
+        assert result.exit_code == 0, result.output
+        assert "note: group 'nobody' holds nothing" in said(result)
 
 
 def test_the_root_points_to_the_docs_and_the_explorer(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:

@@ -155,10 +155,10 @@ def test_without_the_extra_the_app_is_unchanged(tmp_path: Path) -> None:
         "app = create_app(settings=Settings(data_dir=sys.argv[1]))\n"
         "print(hasattr(app.state, 'tracer_provider'), tracing.enabled())\n"
     )
-    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "COLUMNS": "200"}  # one line
     for missing in ("opentelemetry.exporter.otlp.proto.http", "opentelemetry.instrumentation.fastapi"):
         args = [sys.executable, "-c", code, str(tmp_path / missing), missing]
         run = subprocess.run(args, capture_output=True, text=True, env=env)
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.strip().splitlines()[-1] == "False False"
-        assert "epimem[otel] is not installed" in run.stderr
+        assert "epimem-server[otel] is not installed" in run.stderr

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the subprocesses that import message() load no service code
-    from api.client import EpimemClient
     from api.facade import Epimem
+    from epimem_client import EpimemClient
 
 T0 = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -58,14 +58,22 @@ def is_install_line(line: str) -> bool:
 
 
 def check_install_line(line: str) -> None:
-    """A ``pip install`` names extras that exist and installs this project (``.``, ``-e .``) or a known package."""
-    for group in re.findall(r"(?:\.|epimem)\[([\w,-]+)\]", line):
+    """A ``pip install`` names extras that exist and installs this project (``.``, ``-e .``, ``epimem-server``,
+    ``./clients/python``) or a known package, never ``epimem``: that name on PyPI is someone else's."""
+    for group in re.findall(r"(?:\.|epimem-server)\[([\w,-]+)\]", line):
         assert set(group.split(",")) <= EXTRAS, f"{line!r}: unknown extra; pyproject has {sorted(EXTRAS)}"
+    for command in line.split("&&"):
+        if "pip install" not in command:
+            continue
+        for word in shlex.split(command.split("pip install", 1)[1]):
+            name = re.split(r"[\[=<>~!;]", word, maxsplit=1)[0]
+            assert name.lower() != "epimem", f"{line!r}: 'epimem' on PyPI is another project; use epimem-server"
 
 
-def is_server_block(code: str) -> bool:
-    lines = commands(code)
-    return bool(lines) and all(re.match(r"^(\.venv/bin/)?epimem serve\b", line) for line in lines)
+def serve_command(line: str) -> str | None:
+    """The ``epimem serve …`` that ends a line (``pip install … && .venv/bin/epimem serve``), if any."""
+    last = line.split("&&")[-1].strip()
+    return last if re.match(r"^(\.venv/bin/)?epimem serve\b", last) else None
 
 
 @dataclass
@@ -76,7 +84,6 @@ class PageRun:
     folder: Path
     port: int = field(default_factory=free_port)
     server: ServerProcess | None = None
-    pending_server: str | None = None  # a page's `epimem serve` block, started when a block first talks to it
     namespace: dict[str, object] = field(default_factory=dict)
     output: list[str] = field(default_factory=list)
 
@@ -93,9 +100,9 @@ class PageRun:
         self.server.start(timeout=240)
 
     def ensure_server(self) -> None:
-        """The page's own `epimem serve` (on the page's folder), else one on a folder of its own."""
+        """The page's own `epimem serve` (started where the page runs it), else one on a folder of its own."""
         if self.server is None:
-            self.start_server(self.pending_server or "epimem serve --data-dir ./server-data")
+            self.start_server("epimem serve --data-dir ./server-data")
 
     def stop_server(self) -> None:
         if self.server is not None:
@@ -107,10 +114,14 @@ class PageRun:
         for line in lines:
             if is_install_line(line):
                 check_install_line(line)
-        if all(is_install_line(line) for line in lines):
+        # `epimem serve` blocks: started here, where a reader starts it, so what follows meets a running server
+        # (and a folder it holds).
+        serves = [command for line in lines if (command := serve_command(line))]
+        if serves and all(is_install_line(line) or serve_command(line) for line in lines):
+            self.stop_server()
+            self.start_server(serves[-1])
             return
-        if is_server_block(code):
-            self.pending_server = lines[0]
+        if all(is_install_line(line) for line in lines):
             return
         if "localhost:8000" in code or "127.0.0.1:8000" in code:
             self.ensure_server()
@@ -177,13 +188,18 @@ def test_page_examples_run_as_written(
         assert len(searches) == 2 and "]" not in searches, printed[-3000:]  # both searches find something
 
 
-def test_the_readme_quickstart_is_python_then_curl_on_one_folder() -> None:
-    readme = blocks(ROOT / "README.md")
-    python_at = next(i for i, b in enumerate(readme) if b.language == "python")
-    curl_at = next(i for i, b in enumerate(readme) if "curl" in b.code)
-    (serve,) = [b for b in readme if is_server_block(b.code)]
-    assert python_at < curl_at
-    assert 'data_dir="./data"' in readme[python_at].code and "--data-dir" not in serve.code  # serve uses ./data
+@pytest.mark.parametrize("page", ["README.md", "quickstart.md"])
+def test_the_quickstart_starts_the_server_then_talks_to_it(page: str) -> None:
+    """The first command a reader runs installs and starts the server (it blocks); the Python and curl steps
+    that follow talk to that server, and none opens its data folder a second time."""
+    found = blocks(ROOT / page if page == "README.md" else DOCS / page)
+    runnable = [b for b in found if b.language in ("bash", "python") and not b.tested_elsewhere]
+    serve_at = next(i for i, b in enumerate(runnable) if any(serve_command(line) for line in commands(b.code)))
+    python_at = next(i for i, b in enumerate(runnable) if b.language == "python")
+    curl_at = next(i for i, b in enumerate(runnable) if "curl" in b.code)
+    assert serve_at < python_at < curl_at
+    assert 'EpimemClient("http://127.0.0.1:8000")' in runnable[python_at].code
+    assert not any("from_settings" in b.code for b in runnable[serve_at:])
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
 
 
@@ -221,6 +237,10 @@ def test_install_lines_name_real_extras() -> None:
     assert checked >= 3
     with pytest.raises(AssertionError, match="unknown extra"):
         check_install_line("pip install -e '.[no-such-extra]'")
+    with pytest.raises(AssertionError, match="another project"):
+        check_install_line("pip install 'epimem[mcp]'")
+    with pytest.raises(AssertionError, match="another project"):
+        check_install_line("python3 -m venv v && v/bin/pip install -q epimem")
 
 
 @pytest.mark.slow

@@ -1,33 +1,48 @@
-"""Every operation of the HTTP API described once, for both clients (``api.client``): its method,
-path, parameters and body, and how its answer is read; and the server's error body read back as
-the matching ``EpimemError``. Depends on pydantic and httpx only."""
+"""Every operation of the HTTP API described once, for both clients: its method, path, parameters and
+body, and how its answer is read; the server's error body read back as the matching ``EpimemError``;
+a failed connection as ``ServerUnreachableError``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import Enum
 from typing import Any, Generic, TypedDict, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
-from api.errors import ForbiddenError, PayloadTooLargeError, UnauthorizedError
-from api.schemas import EpisodeOut, EpisodesOut, HistoryOut, SearchOut, SessionsOut
-from memory import errors
-from memory.errors import EpimemError, InvalidInputError
-from memory.models import Episode, GroupConfiguration, Message, SessionInfo
-from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
-from retrieval.types import ContextQuery, ContextResult, SearchHit, SearchQuery, TimelinePage
+from epimem_client import errors
+from epimem_client.models import (
+    AddReceipt,
+    ContextResult,
+    DeletionReceipt,
+    Episode,
+    EpisodeOut,
+    EpisodesOut,
+    GroupConfiguration,
+    HistoryOut,
+    ImportReceipt,
+    Message,
+    SearchHit,
+    SearchOut,
+    SessionInfo,
+    SessionsOut,
+    TimelinePage,
+)
 
 T = TypeVar("T")
-MessageInput = Message | Mapping[str, Any]
+M = TypeVar("M", bound=BaseModel)
+# A message to add: a mapping with the HTTP API's fields, or any pydantic model with them (the client's
+# Message, or the server's).
+MessageInput = BaseModel | Mapping[str, Any]
 
 
-def _error_classes() -> dict[str, type[EpimemError]]:
-    found: dict[str, type[EpimemError]] = {}
-    pending: list[type[EpimemError]] = [EpimemError]
+def _error_classes() -> dict[str, type[errors.EpimemError]]:
+    found: dict[str, type[errors.EpimemError]] = {}
+    pending: list[type[errors.EpimemError]] = [errors.EpimemError]
     while pending:
         cls = pending.pop()
         found.setdefault(cls.code, cls)
@@ -35,55 +50,60 @@ def _error_classes() -> dict[str, type[EpimemError]]:
     return found
 
 
-_BY_STATUS: dict[int, type[EpimemError]] = {
+_BY_STATUS: dict[int, type[errors.EpimemError]] = {
     400: errors.InvalidInputError,
-    401: UnauthorizedError,
-    403: ForbiddenError,
+    401: errors.UnauthorizedError,
+    403: errors.ForbiddenError,
     404: errors.NotFoundError,
     405: errors.InvalidInputError,
     409: errors.ConflictError,
-    413: PayloadTooLargeError,
+    413: errors.PayloadTooLargeError,
     422: errors.InvalidInputError,
     503: errors.StoreUnavailableError,
 }
 
 
-def error_from_response(response: httpx.Response) -> EpimemError:
-    """The server's ``{"error": {"code", "message", "details"}}`` as the matching exception."""
+def error_from_response(response: httpx.Response) -> errors.EpimemError:
+    """The server's ``{"error": {"code", "message", "details"}}`` as the matching exception. A code this
+    client does not know maps by HTTP status."""
     try:
         body = response.json()["error"]
         code, message, details = str(body["code"]), str(body["message"]), body.get("details")
     except (ValueError, KeyError, TypeError):
         code, message, details = "", f"HTTP {response.status_code}: {response.text[:200]}", None
-    cls = _error_classes().get(code) or _BY_STATUS.get(response.status_code, EpimemError)
+    cls = _error_classes().get(code) or _BY_STATUS.get(response.status_code, errors.EpimemError)
     if issubclass(cls, errors.StoreUnavailableError):
         retry = response.headers.get("retry-after", "5")
         return cls(message, retry_after=int(retry) if retry.isdigit() else 5, details=details)
     return cls(message, details=details)
 
 
+def unreachable(base_url: object, error: httpx.TransportError) -> errors.ServerUnreachableError:
+    """A connection that failed before any answer, said as what to check."""
+    if isinstance(error, httpx.TimeoutException):
+        what = f"epimem at {base_url} did not answer in time ({type(error).__name__})"
+    else:
+        what = f"no epimem answered at {base_url} ({error or type(error).__name__})"
+    return errors.ServerUnreachableError(f"{what}: is `epimem serve` running there?")
+
+
 def path_segment(value: str) -> str:
     """One URL path segment. Ids with '/' cannot be addressed; '.'/'..' are encoded so that no URL
     normalisation turns them into a different path."""
     if "/" in value:
-        raise InvalidInputError("ids containing '/' cannot be addressed over HTTP; use the Python facade")
+        raise errors.InvalidInputError("ids containing '/' cannot be addressed over HTTP; use the Python facade")
     if value and set(value) == {"."}:
         return "%2E" * len(value)
     return quote(value, safe="")
 
 
-def _model(cls: type[BaseModel]) -> Callable[[httpx.Response], Any]:
+def _model(cls: type[M]) -> Callable[[httpx.Response], M]:
     return lambda response: cls.model_validate_json(response.content)
 
 
 def _part(wrapper: type[BaseModel], name: str) -> Callable[[httpx.Response], Any]:
-    """One field of a response object (its wrapper is the server's own, from ``api.schemas``)."""
+    """One field of a response object."""
     return lambda response: getattr(wrapper.model_validate_json(response.content), name)
-
-
-def _dataclass(kind: type[T]) -> Callable[[httpx.Response], T]:
-    adapter = TypeAdapter(kind)
-    return lambda response: adapter.validate_json(response.content)
 
 
 class SummaryOptions(TypedDict, total=False):
@@ -112,8 +132,26 @@ def session_path(group_id: str, session_id: str) -> str:
     return f"{group_path(group_id)}/sessions/{path_segment(session_id)}"
 
 
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [_json_value(item) for item in value]
+    return value
+
+
 def _messages_json(messages: Iterable[MessageInput]) -> list[Any]:
-    return [m.model_dump(mode="json") if isinstance(m, Message) else dict(m) for m in messages]
+    return [m.model_dump(mode="json") if isinstance(m, BaseModel) else dict(m) for m in messages]
+
+
+def _query_json(query: str | BaseModel, options: dict[str, Any]) -> dict[str, Any]:
+    """A search or context request: the query text and options (the server validates them and answers
+    a bad one with ``InvalidInputError``), or a whole request model."""
+    if isinstance(query, BaseModel):
+        return query.model_dump(mode="json", exclude_defaults=True)
+    return {"query": query, **{key: _json_value(value) for key, value in options.items() if value is not None}}
 
 
 def _params(**values: Any) -> dict[str, Any]:
@@ -121,7 +159,7 @@ def _params(**values: Any) -> dict[str, Any]:
 
 
 def _delete(path: str) -> Call[DeletionReceipt]:
-    return Call("DELETE", path, _dataclass(DeletionReceipt))
+    return Call("DELETE", path, _model(DeletionReceipt))
 
 
 class Calls:
@@ -130,7 +168,7 @@ class Calls:
     @staticmethod
     def add_messages(group_id: str, session_id: str, messages: Iterable[MessageInput]) -> Call[AddReceipt]:
         body = {"messages": _messages_json(messages)}
-        return Call("POST", session_path(group_id, session_id) + "/messages", _dataclass(AddReceipt), json=body)
+        return Call("POST", session_path(group_id, session_id) + "/messages", _model(AddReceipt), json=body)
 
     @staticmethod
     def flush(group_id: str, session_id: str) -> Call[list[Episode]]:
@@ -146,15 +184,13 @@ class Calls:
         )
 
     @staticmethod
-    def search(group_id: str, query: str | SearchQuery, options: dict[str, Any]) -> Call[list[SearchHit]]:
-        search = query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
-        body = search.model_dump(mode="json", exclude_defaults=True)
+    def search(group_id: str, query: str | BaseModel, options: dict[str, Any]) -> Call[list[SearchHit]]:
+        body = _query_json(query, options)
         return Call("POST", group_path(group_id) + "/search", _part(SearchOut, "hits"), json=body)
 
     @staticmethod
-    def context(group_id: str, query: str | ContextQuery, options: dict[str, Any]) -> Call[ContextResult]:
-        request = query if isinstance(query, ContextQuery) else ContextQuery(query=query, **options)
-        body = request.model_dump(mode="json", exclude_defaults=True)
+    def context(group_id: str, query: str | BaseModel, options: dict[str, Any]) -> Call[ContextResult]:
+        body = _query_json(query, options)
         return Call("POST", group_path(group_id) + "/context", _model(ContextResult), json=body)
 
     @staticmethod
@@ -167,18 +203,19 @@ class Calls:
         return Call("GET", path, _model(EpisodeOut), params={"expand": "messages"} if expand else {})
 
     @staticmethod
-    def put_group(config: GroupConfiguration) -> Call[GroupConfiguration]:
+    def put_group(config: BaseModel) -> Call[GroupConfiguration]:
         body = config.model_dump(mode="json", include={"description", "agent_ids", "user_ids", "metadata"})
-        return Call("PUT", group_path(config.group_id), _model(GroupConfiguration), json=body)
+        return Call("PUT", group_path(config.group_id), _model(GroupConfiguration), json=body)  # type: ignore[attr-defined]
 
     @staticmethod
     def get_group(group_id: str) -> Call[GroupConfiguration]:
         return Call("GET", group_path(group_id), _model(GroupConfiguration))
 
     @staticmethod
-    def put_session(info: SessionInfo) -> Call[SessionInfo]:
+    def put_session(info: BaseModel) -> Call[SessionInfo]:
         body = info.model_dump(mode="json", include={"title", "agent_ids", "user_ids", "metadata"})
-        return Call("PUT", session_path(info.group_id, info.session_id), _model(SessionInfo), json=body)
+        path = session_path(info.group_id, info.session_id)  # type: ignore[attr-defined]
+        return Call("PUT", path, _model(SessionInfo), json=body)
 
     @staticmethod
     def get_session(group_id: str, session_id: str) -> Call[SessionInfo]:
@@ -226,9 +263,7 @@ class Calls:
     def import_group(lines: Iterable[str], group_id: str) -> Call[ImportReceipt]:
         content = "".join(line if line.endswith("\n") else line + "\n" for line in lines).encode()
         headers = {"content-type": "application/x-ndjson"}
-        return Call(
-            "POST", group_path(group_id) + "/import", _dataclass(ImportReceipt), content=content, headers=headers
-        )
+        return Call("POST", group_path(group_id) + "/import", _model(ImportReceipt), content=content, headers=headers)
 
     @staticmethod
     def export(group_id: str, include_embeddings: bool) -> Call[None]:

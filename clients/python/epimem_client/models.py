@@ -1,0 +1,171 @@
+"""What the client returns: the HTTP API's response bodies as small, frozen pydantic models. They mirror
+the server's response schemas field for field (a test compares them with the server's OpenAPI document),
+and ignore fields they do not know, so a newer server does not break an older client."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Message(WireModel):
+    """What was said. As input, ``timestamp`` defaults to now (give every message its own)."""
+
+    id: str
+    role: str = "user"
+    content: str
+    timestamp: datetime = Field(default_factory=_now)
+    producer_id: str | None = None
+    produced_for_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def speaker(self) -> str:
+        return self.producer_id or self.role
+
+
+class Episode(WireModel):
+    """The memory unit: a titled, third-person account of one stretch of conversation."""
+
+    uuid: str
+    episode_type: str
+    content_type: str
+    title: str
+    content: str
+    timestamp: datetime
+    created_at: datetime
+    group_id: str
+    session_id: str
+    producer_id: str | None
+    produced_for_id: str | None
+    user_metadata: dict[str, Any]
+    source_message_ids: tuple[str, ...]
+    message_count: int
+    boundary_reason: str
+    generation: str
+    summarised_by: str | None
+    source_episode_ids: tuple[str, ...]
+    period_start: datetime | None
+    period_end: datetime | None
+
+    @property
+    def unit_count(self) -> int:
+        """How many memory units a summary compacts (0 for an ordinary episode)."""
+        return len(self.source_episode_ids)
+
+
+class SessionInfo(WireModel):
+    group_id: str
+    session_id: str
+    title: str | None = None
+    agent_ids: tuple[str, ...] = ()
+    user_ids: tuple[str, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=_now)
+    updated_at: datetime = Field(default_factory=_now)
+
+
+class GroupConfiguration(WireModel):
+    group_id: str
+    description: str | None = None
+    agent_ids: tuple[str, ...] = ()
+    user_ids: tuple[str, ...] = ()
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=_now)
+    updated_at: datetime = Field(default_factory=_now)
+
+
+class ScoreComponents(WireModel):
+    vector: float
+    keyword: float
+    fused: float
+    recency: float
+
+
+class SearchHit(WireModel):
+    episode: Episode
+    score: float
+    components: ScoreComponents
+    matched_message_ids: list[str]
+    messages: list[Message] | None
+
+
+class TimelinePage(WireModel):
+    episodes: list[Episode]
+    next_cursor: str | None
+
+
+class Citation(WireModel):
+    episode_id: str
+    session_id: str
+    timestamp: datetime
+    message_ids: list[str]
+
+
+class ContextResult(WireModel):
+    text: str
+    citations: list[Citation]
+    tokens: int
+
+
+class AddReceipt(WireModel):
+    accepted: list[str]
+    duplicates: list[str]
+    pending: int
+
+
+class DeletionReceipt(WireModel):
+    collections: list[str]
+    vectors: int
+    log_records: int
+    ids: list[str]
+    messages: list[str]
+    episodes: list[str]
+    summaries: list[str]
+    repaired: list[str]
+    caches: list[str]
+
+
+class ImportReceipt(WireModel):
+    group_id: str
+    source_group_id: str
+    source_model: str
+    reembedded: bool
+    sessions: int
+    messages: int
+    episodes: int
+    summaries: int
+    vectors: int
+
+
+# Response wrappers: every response is a JSON object that can grow.
+class EpisodesOut(WireModel):
+    episodes: list[Episode]
+
+
+class EpisodeOut(WireModel):
+    episode: Episode
+    messages: list[Message] | None
+
+
+class SessionsOut(WireModel):
+    sessions: list[SessionInfo]
+
+
+class SearchOut(WireModel):
+    hits: list[SearchHit]
+
+
+class HistoryOut(WireModel):
+    messages: list[Message]
+    next_offset: int | None
