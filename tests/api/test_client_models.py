@@ -70,6 +70,7 @@ def test_the_comparison_sees_a_missing_field_and_a_wrong_type(server_schemas: di
         episode_id: str
         session_id: int
         timestamp: str
+        pending: bool = False
 
     schema = Citation.model_json_schema()
     drifted = fields(schema, {})

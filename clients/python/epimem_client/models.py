@@ -98,6 +98,7 @@ class SearchHit(WireModel):
     components: ScoreComponents
     matched_message_ids: list[str]
     messages: list[Message] | None
+    pending: bool = False  # a session's open episode: messages not in an episode yet (boundary_reason "open")
 
 
 class TimelinePage(WireModel):
@@ -110,6 +111,7 @@ class Citation(WireModel):
     session_id: str
     timestamp: datetime
     message_ids: list[str]
+    pending: bool = False  # the messages are not in an episode yet (episode_id: their session's open episode)
 
 
 class ContextResult(WireModel):
@@ -156,6 +158,7 @@ class EpisodesOut(WireModel):
 class EpisodeOut(WireModel):
     episode: Episode
     messages: list[Message] | None
+    pending: bool = False
 
 
 class SessionsOut(WireModel):

@@ -1119,6 +1119,11 @@ export interface components {
              * @description latest message or episode time
              */
             last: string | null;
+            /**
+             * Speakers
+             * @description producer ids of its messages, first seen first
+             */
+            speakers?: string[];
         };
         /** SessionsOut */
         SessionsOut: {
