@@ -118,7 +118,7 @@ class MemoryService:
 
     def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
         with self._gate.shared(group_id):
-            receipt = self._ingestor.add_messages(group_id, session_id, messages)
+            receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
         if self._worker is not None and receipt.accepted:
             self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
@@ -138,7 +138,7 @@ class MemoryService:
         """Several sessions of one group at once: their messages stored in one write while they are
         embedded in one call, then formed in one batch."""
         with self._gate.shared(group_id):
-            embedded = self._ingestor.store_and_embed(group_id, sessions)
+            embedded = self._ingestor.intake.store_and_embed(group_id, sessions)
         return self._ingestor.form([(group_id, s) for s in sessions], close_tail=True, embedded=embedded)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -252,7 +252,9 @@ class MemoryService:
         target = group_id or contents.group_id
         with self._alone(target, contents.session_ids):
             receipt = self._transfer.import_(contents, group_id=target)
-            self._ingestor.index_unindexed(target, contents.session_ids)  # a file without pending messages' vectors
+            self._ingestor.intake.index_unindexed(
+                target, contents.session_ids
+            )  # a file without pending messages' vectors
         self._changed(target)
         return receipt
 

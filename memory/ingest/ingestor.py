@@ -14,7 +14,6 @@ ones are segmented again.
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,24 +31,21 @@ from memory.episodes.generation import (
     generate_episodes,
 )
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
-from memory.errors import ConflictError
-from memory.ingest.batches import resumed_jobs, same_message, unique_ids
+from memory.ingest.batches import resumed_jobs
 from memory.ingest.coordination import Coordinator, LocalCoordinator
+from memory.ingest.intake import Embedded, Intake
 from memory.ingest.timings import StageTimings
 from memory.ingest.writer import OrderedWriter
-from memory.locks import SessionLocks
-from memory.models import BoundaryReason, Episode, Message, MessageState, Segment, SessionInfo, StoredMessage
+from memory.models import BoundaryReason, Episode, MessageState, Segment, StoredMessage
 from memory.receipts import AddReceipt
 from memory.store.paging import WRITE_BATCH
 from memory.store.protocols import LogWriter, VectorWriter
-from memory.store.records import RecordFilter, RecordKind, VectorRecord, message_record_id
+from memory.store.records import VectorRecord
 from memory.text import episode_embedding_text, message_line
 from memory.timeutil import utc_now
 
 log = logging.getLogger("epimem.ingest")
 MessageVectors = dict[tuple[str, str, str], np.ndarray]  # (group, session, message id) -> vector
-# (group, session, message id) -> (the text embedded, its vector): vectors computed before formation
-Embedded = dict[tuple[str, str, str], tuple[str, np.ndarray]]
 
 
 class Ingestor:
@@ -76,166 +72,18 @@ class Ingestor:
         self._generation_concurrency = generation_concurrency
         self._auto_flush_pending = auto_flush_pending
         self._idle = idle  # a session whose newest message arrived this long ago is formed whole
-        # Formation and deletion are exclusive per session (across servers with a lease coordinator);
-        # adds only serialise among themselves, so a slow formation (LLM) never delays an add.
+        # Formation and deletion are exclusive per session (across servers with a lease coordinator).
         self._coordinator = coordinator or LocalCoordinator()
-        self._add_locks = SessionLocks()
         self.timings = StageTimings()
+        self.intake = Intake(
+            log=log, vectors=vectors, embedder=embedder, coordinator=self._coordinator, timings=self.timings
+        )
 
     @contextmanager
     def hold(self, group_id: str, session_ids: Iterable[str]) -> Iterator[None]:
         """The sessions' formation locks (what a formation holds), in a fixed order."""
         with self._coordinator.hold([(group_id, session_id) for session_id in session_ids]):
             yield
-
-    # -- messages in --------------------------------------------------------------------
-
-    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
-        """Store messages durably and make them recallable at once. Idempotent by id: the same id and
-        content again is a duplicate, the same id with other content is a conflict (and nothing of
-        the batch is written).
-
-        Each new message's vector record (under its session's open episode) is written before its
-        log record: formation takes its messages from the log, so it never forms a message whose
-        open vector could still land after (and over) the one formation writes."""
-        ids = unique_ids(messages)
-        with self._add_locks.hold([(group_id, session_id)]), self.timings.stage("store_messages"):
-            existing = self._log.get_messages(group_id, session_id, ids)
-            conflicts = [m.id for m in messages if m.id in existing and not same_message(existing[m.id].message, m)]
-            if conflicts:
-                raise ConflictError("message ids already exist with different content", details={"ids": conflicts[:20]})
-            if self._log.get_session_info(group_id, session_id) is None:
-                self._log.put_session_info(SessionInfo(group_id=group_id, session_id=session_id))
-            base = time.time_ns()
-            received = utc_now()
-            new = [
-                StoredMessage(
-                    group_id=group_id, session_id=session_id, message=m, received_at=received, sequence=base + i
-                )
-                for i, m in enumerate(m for m in messages if m.id not in existing)
-            ]
-            self._index(group_id, session_id, new)
-            # Insert, never overwrite: a message that a formation already moved on stays as it is.
-            self._log.insert_messages(group_id, new)
-            if new and self._coordinator.distributed:
-                # Another server may have inserted the same id first, with other content.
-                stored = self._log.get_messages(group_id, session_id, [s.message.id for s in new])
-                lost = [
-                    s.message.id
-                    for s in new
-                    if s.message.id not in stored or not same_message(stored[s.message.id].message, s.message)
-                ]
-                if lost:
-                    self._index(group_id, session_id, [stored[i] for i in lost if i in stored])  # theirs, not ours
-                    raise ConflictError(
-                        "a concurrent request stored these message ids first, with different content",
-                        details={"ids": lost[:20]},
-                    )
-            pending = self._log.count_messages(group_id, session_id, states=[MessageState.PENDING])
-        return AddReceipt(
-            accepted=[s.message.id for s in new],
-            duplicates=[m.id for m in messages if m.id in existing],
-            pending=pending,
-        )
-
-    def _index(self, group_id: str, session_id: str, stored: Sequence[StoredMessage]) -> None:
-        """Embed messages and write their vector records (partition and group index): what makes a
-        message found by search and context before it belongs to an episode."""
-        if not stored:
-            return
-        with self.timings.stage("embedding"):
-            vectors = self._embedder.embed_batch([message_line(s.message) for s in stored])
-        records = [VectorRecord.of_message(s, vector) for s, vector in zip(stored, vectors, strict=True)]
-        for start in range(0, len(records), WRITE_BATCH):
-            self._vectors.upsert(group_id, session_id, records[start : start + WRITE_BATCH], new=True)
-
-    def index_unindexed(self, group_id: str, session_ids: Iterable[str]) -> int:
-        """Write the vector records that pending messages lack (stored by an import of a file without
-        them, or by a version before live memory): they are recalled from then on. Returns how many."""
-        written = 0
-        for session_id in session_ids:
-            with self._add_locks.hold([(group_id, session_id)]):
-                pending = self._log.list_messages(group_id, session_id, states=[MessageState.PENDING])
-                known = self._stored_vectors(group_id, session_id, [s.message for s in pending])
-                missing = [s for s in pending if s.message.id not in known]
-                self._index(group_id, session_id, missing)
-                written += len(missing)
-        return written
-
-    def _stored_vectors(self, group_id: str, session_id: str, messages: Sequence[Message]) -> dict[str, np.ndarray]:
-        """Message id -> the vector its record holds (written when it was added)."""
-        if not messages:
-            return {}
-        by_record = {message_record_id(session_id, m.id): m.id for m in messages}
-        selection = RecordFilter(session_ids=(session_id,), kinds=(RecordKind.MESSAGE,))
-        records = self._vectors.records(group_id, ids=list(by_record), selection=selection, embeddings=True)
-        return {by_record[r.id]: r.embedding for r in records if r.embedding is not None and r.id in by_record}
-
-    def add_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> None:
-        """``add_messages`` for several sessions of one group at once: one read of the group's
-        sessions, one write of the new session records, one write of every new message."""
-        for messages in sessions.values():
-            unique_ids(messages)
-        keys = [(group_id, session_id) for session_id in sessions]
-        with self._add_locks.hold(keys), self.timings.stage("store_messages"):
-            known = {info.session_id for info in self._log.list_sessions(group_id)}
-            new: list[StoredMessage] = []
-            base = time.time_ns()
-            received = utc_now()
-            for session_id, messages in sessions.items():
-                existing = self._log.get_messages(group_id, session_id, [m.id for m in messages])
-                conflicts = [m.id for m in messages if m.id in existing and not same_message(existing[m.id].message, m)]
-                if conflicts:
-                    raise ConflictError(
-                        "message ids already exist with different content", details={"ids": conflicts[:20]}
-                    )
-                new += [
-                    StoredMessage(
-                        group_id=group_id,
-                        session_id=session_id,
-                        message=m,
-                        received_at=received,
-                        sequence=base + len(new) + i,
-                    )
-                    for i, m in enumerate(m for m in messages if m.id not in existing)
-                ]
-            self._log.put_session_infos(
-                group_id, [SessionInfo(group_id=group_id, session_id=s) for s in sessions if s not in known]
-            )
-            for start in range(0, len(new), WRITE_BATCH):
-                self._log.insert_messages(group_id, new[start : start + WRITE_BATCH])
-            if new and self._coordinator.distributed:
-                by_session: dict[str, list[StoredMessage]] = defaultdict(list)
-                for stored in new:
-                    by_session[stored.session_id].append(stored)
-                for session_id, items in by_session.items():
-                    found = self._log.get_messages(group_id, session_id, [s.message.id for s in items])
-                    lost = [
-                        s.message.id
-                        for s in items
-                        if s.message.id not in found or not same_message(found[s.message.id].message, s.message)
-                    ]
-                    if lost:
-                        raise ConflictError(
-                            "a concurrent request stored these message ids first, with different content",
-                            details={"ids": lost[:20]},
-                        )
-
-    def store_and_embed(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> Embedded:
-        """Store several sessions' messages (``add_sessions``) while their vectors are computed (what
-        ``form`` would embed for them, given to it as ``embedded``): one embedding call per session,
-        the batches ``form`` itself makes, so the vectors are the same to the last bit."""
-        found: Embedded = {}
-        with OrderedWriter("epimem-add") as writer:
-            writer.submit(lambda: self.add_sessions(group_id, sessions))
-            for session_id, given in sessions.items():
-                messages = sorted(given, key=lambda m: m.timestamp)  # the order ``form`` reads them back in
-                texts = [message_line(m) for m in messages]
-                with self.timings.stage("embedding"):
-                    vectors = self._embedder.embed_batch(texts)
-                for message, text, vector in zip(messages, texts, vectors, strict=True):
-                    found[(group_id, session_id, message.id)] = (text, vector)
-        return found
 
     def needs_formation(self, receipt: AddReceipt) -> bool:
         return receipt.pending >= self._auto_flush_pending
@@ -306,7 +154,7 @@ class Ingestor:
             for found, text in zip(known, texts, strict=True)
         ]
         if any(vector is None for vector in vectors):  # embedded when they were added (live memory)
-            stored = self._stored_vectors(
+            stored = self.intake.stored_vectors(
                 group_id, session_id, [m for m, v in zip(pending, vectors, strict=True) if v is None]
             )
             vectors = [v if v is not None else stored.get(m.id) for m, v in zip(pending, vectors, strict=True)]

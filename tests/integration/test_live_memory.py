@@ -131,10 +131,10 @@ def test_a_quiet_session_closes_by_itself(make_service: Callable[..., Epimem], g
     service.add_messages(group_id, "chat-1", turns(REX))
     service.recover()
     assert service.pending_messages(group_id, "chat-1") == 2
-    page = wait_for(lambda: service.timeline(group_id).episodes, what="the idle session to be formed")
+    wait_for(lambda: service.pending_messages(group_id, "chat-1") == 0, what="the idle session to be formed")
     assert time.monotonic() - started >= 1.9  # not before it went quiet (2 s after the messages arrived)
+    page = service.timeline(group_id).episodes
     assert [e.boundary_reason.value for e in page] == ["idle"]
-    assert service.pending_messages(group_id, "chat-1") == 0
     hits = service.search(group_id, "Who has a dog?", k=3)
     assert hits and not hits[0].pending and hits[0].episode.uuid == page[0].uuid
     context = service.context(group_id, "Rex", token_budget=200)
@@ -142,13 +142,13 @@ def test_a_quiet_session_closes_by_itself(make_service: Callable[..., Epimem], g
 
 
 def test_a_session_keeps_open_while_messages_keep_arriving(make_service: Callable[..., Epimem], group_id: str) -> None:
-    service = make_service(background=True, episode_idle_seconds=1.5)
+    service = make_service(background=True, episode_idle_seconds=4.0)
     lines = REX + POTTERY
     for number, line in enumerate(lines):
         service.add_messages(group_id, "chat-1", turns([line], prefix=f"m{number}-"))
-        time.sleep(0.6)  # less than the idle time between two adds
+        time.sleep(0.3)  # far less than the idle time between two adds
         assert not service.timeline(group_id).episodes
-    wait_for(lambda: service.timeline(group_id).episodes, what="the session to close")
+    wait_for(lambda: service.pending_messages(group_id, "chat-1") == 0, what="the session to close")
     formed = service.timeline(group_id).episodes
     assert sum(e.message_count for e in formed) == len(lines) and formed[-1].boundary_reason.value == "idle"
 
@@ -162,10 +162,11 @@ def test_what_went_idle_while_the_server_was_down_is_formed_at_start(
     time.sleep(1.2)
     second = make_service(background=True, episode_idle_seconds=1.0)
     serve(second)  # its startup recovery forms what is idle and watches the rest
-    episodes = wait_for(lambda: second.timeline(group_id).episodes, timeout=30, what="the startup scan")
-    assert [e.boundary_reason.value for e in episodes] == ["idle"]
+    wait_for(lambda: second.pending_messages(group_id, "quiet") == 0, timeout=30, what="the startup scan")
+    assert [e.boundary_reason.value for e in second.timeline(group_id).episodes] == ["idle"]
     second.add_messages(group_id, "fresh", turns(POTTERY, prefix="p"))
-    wait_for(lambda: second.timeline(group_id, session_id="fresh").episodes, what="the fresh session to close")
+    wait_for(lambda: second.pending_messages(group_id, "fresh") == 0, what="the fresh session to close")
+    assert second.timeline(group_id, session_id="fresh").episodes
 
 
 def test_two_servers_on_one_chroma_form_a_session_once(
