@@ -79,14 +79,18 @@ def test_span_trees_of_an_ingest_and_a_context_call(traced: tuple[str, InMemoryS
     spans = list(exporter.get_finished_spans())
 
     add = request_span(spans, "POST /v1/groups/{group_id}/sessions/{session_id}/messages")
-    assert "epimem.ingest.store_messages" in names(children(spans, add))
+    (store,) = [s for s in children(spans, add) if s.name == "epimem.ingest.store_messages"]
+    # The add embeds its three messages (recallable at once); formation reuses their vectors.
+    (added,) = [s for s in children(spans, store) if s.name == "epimem.ingest.embedding"]
+    embed = [s for s in children(spans, added) if s.name == "epimem.embed"]
+    assert embed and embed[0].attributes["epimem.batch_size"] == 3
     flush = request_span(spans, "POST /v1/groups/{group_id}/sessions/{session_id}/flush")
     stages = children(spans, flush)
     assert {"epimem.ingest.embedding", "epimem.ingest.segmentation", "epimem.ingest.generation"} <= names(stages)
     assert "epimem.ingest.storage" in names(stages)
     embedding = next(s for s in stages if s.name == "epimem.ingest.embedding")
     embed = [s for s in children(spans, embedding) if s.name == "epimem.embed"]
-    assert embed and embed[0].attributes["epimem.batch_size"] == 3
+    assert embed and embed[0].attributes["epimem.batch_size"] == 1  # the episode only
     assert any(s.name.startswith("epimem.store.") for s in descendants(spans, flush))
 
     ctx = request_span(spans, "POST /v1/groups/{group_id}/context")
