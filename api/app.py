@@ -106,7 +106,11 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(explorer)
     mount_ui(app)  # the browser explorer at /ui, on the same public /v1 API
     app.add_middleware(
-        RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes, keys=keys
+        RequestMiddleware,
+        metrics=app.state.metrics,
+        max_body_bytes=settings.max_body_bytes,
+        max_import_bytes=settings.max_import_bytes,
+        keys=keys,
     )  # on every path (also /mcp and /ui): local-mode guards, content types, key before body
     setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem[otel])
     return app

@@ -14,10 +14,12 @@ errors mapped back to the ``EpimemError`` subclasses.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar, Unpack
 
 import httpx
 
+from api.errors import ServerUnreachableError
 from api.http_calls import Call, Calls, MessageInput, SummaryOptions, error_from_response
 from memory.models import Episode, GroupConfiguration, Message, SessionInfo
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
@@ -35,6 +37,16 @@ def _check(response: httpx.Response) -> httpx.Response:
     if response.status_code >= 400:
         raise error_from_response(response)
     return response
+
+
+@contextmanager
+def _reaching(base_url: object) -> Iterator[None]:
+    """A transport failure (refused, timed out, unknown name) as the client's own error type."""
+    try:
+        yield
+    except httpx.TransportError as error:
+        reason = str(error) or type(error).__name__
+        raise ServerUnreachableError(f"cannot reach the epimem server at {base_url}: {reason}") from error
 
 
 H = TypeVar("H", httpx.Client, httpx.AsyncClient)
@@ -81,7 +93,8 @@ class EpimemClient(_Client[httpx.Client]):
             self._http.close()
 
     def _do(self, call: Call[T]) -> T:
-        return call.parse(_check(self._http.request(**self._request(call))))
+        with _reaching(self._http.base_url):
+            return call.parse(_check(self._http.request(**self._request(call))))
 
     # -- the facade's operations ------------------------------------------------------------------
 
@@ -147,14 +160,18 @@ class EpimemClient(_Client[httpx.Client]):
 
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
         call = Calls.export(group_id, include_embeddings)
-        with self._http.stream(call.method, call.path, params=call.params, headers=self._auth) as response:
+        with (
+            _reaching(self._http.base_url),
+            self._http.stream(call.method, call.path, params=call.params, headers=self._auth) as response,
+        ):
             if response.status_code >= 400:
                 response.read()
                 raise error_from_response(response)
             yield from (line for line in response.iter_lines() if line)
 
     def ready(self) -> bool:
-        return self._http.get("/readyz").status_code == 200
+        with _reaching(self._http.base_url):
+            return self._http.get("/readyz").status_code == 200
 
 
 class AsyncEpimemClient(_Client[httpx.AsyncClient]):
@@ -173,7 +190,8 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient]):
             await self._http.aclose()
 
     async def _do(self, call: Call[T]) -> T:
-        return call.parse(_check(await self._http.request(**self._request(call))))
+        with _reaching(self._http.base_url):
+            return call.parse(_check(await self._http.request(**self._request(call))))
 
     async def add_messages(self, group_id: str, session_id: str, messages: Iterable[MessageInput]) -> AddReceipt:
         return await self._do(Calls.add_messages(group_id, session_id, messages))
@@ -236,13 +254,15 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient]):
 
     async def export_group(self, group_id: str, *, include_embeddings: bool = False) -> AsyncIterator[str]:
         call = Calls.export(group_id, include_embeddings)
-        async with self._http.stream(call.method, call.path, params=call.params, headers=self._auth) as response:
-            if response.status_code >= 400:
-                await response.aread()
-                raise error_from_response(response)
-            async for line in response.aiter_lines():
-                if line:
-                    yield line
+        with _reaching(self._http.base_url):
+            async with self._http.stream(call.method, call.path, params=call.params, headers=self._auth) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise error_from_response(response)
+                async for line in response.aiter_lines():
+                    if line:
+                        yield line
 
     async def ready(self) -> bool:
-        return (await self._http.get("/readyz")).status_code == 200
+        with _reaching(self._http.base_url):
+            return (await self._http.get("/readyz")).status_code == 200

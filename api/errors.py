@@ -19,3 +19,10 @@ class UnauthorizedError(EpimemError):
 class ForbiddenError(EpimemError):
     status_code = 403
     code = "forbidden"
+
+
+class ServerUnreachableError(EpimemError):
+    """The client could not reach the epimem server (refused, timed out, name not found)."""
+
+    status_code = 503
+    code = "server_unreachable"
