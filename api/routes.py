@@ -17,11 +17,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from api.limits import check_batch
 from api.auth import Principal, Role
 from api.error_handling import error_responses
-from api.errors import PayloadTooLargeError
 from api.facade import Epimem
+from api.limits import check_batch
 from api.params import EpisodeIdPath, GroupId, MessageIdPath, SessionId, SessionIdQuery
 from api.schemas import (
     EpisodeOut,

@@ -95,7 +95,8 @@ class Transfer:
         if len(by_key) != len(messages):
             raise InvalidInputError("the file holds the same message twice")
         self._check_conflicts(target, messages)
-        self._check_episode_conflicts(target, [regroup(item) for _, item, _ in parsed.vectors if isinstance(item, Episode)])
+        episodes = [regroup(item) for _, item, _ in parsed.vectors if isinstance(item, Episode)]
+        self._check_episode_conflicts(target, episodes)
         planned = [_planned(item, regroup, by_key) for _, item, _ in parsed.vectors]
         embeddings = [embedding for _, _, embedding in parsed.vectors]
         reuse = (

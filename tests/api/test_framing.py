@@ -98,4 +98,3 @@ def test_the_explorer_works_under_its_content_policy(server: AppServer, browser:
     page.wait_for_selector(f"#main a[href*='{GROUP}']", timeout=60_000)
     assert problems == []
     page.close()
-

@@ -260,3 +260,88 @@ def test_anything_anywhere_is_never_a_5xx(
     segment = quote(path_text.encode("utf-8", "replace").decode(), safe="") or "x"
     _status(client.get(f"/v1/groups/{GROUP}/sessions/{segment}/messages"))
     _readable(client)
+
+
+# -- issue 32.6: hostile bodies get a 4xx ----------------------------------------------------------
+
+
+def test_an_import_line_nested_a_thousand_deep_is_a_422(client: TestClient) -> None:
+    records = _export_lines(client)
+    message_line = next(i for i, r in enumerate(records) if r["type"] == "message")
+    line = json.dumps(records[message_line])
+    nested = line[:-1] + ', "deep": ' + "[" * 1000 + "]" * 1000 + "}"
+    body = "\n".join([json.dumps(r) for r in records[:message_line]] + [nested]) + "\n"
+    response = client.post(
+        "/v1/groups/imported/import", content=body.encode(), headers={"content-type": "application/x-ndjson"}
+    )
+    assert response.status_code == 422, response.text
+    deep_metadata = {"k": json.loads("[" * 100 + "]" * 100)}
+    message = {"id": "deep", "content": "deep metadata", "metadata": deep_metadata}
+    response = client.post(f"{S}/messages", json={"messages": [message]})
+    assert response.status_code == 422 and "nested at most" in response.text
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_refused_not_stored_as_null(client: TestClient, number: str) -> None:
+    bodies = [
+        ("POST", f"{S}/messages", '{"messages": [{"id": "nan1", "content": "x", "metadata": {"v": NUMBER}}]}'),
+        ("PUT", f"{S}", '{"metadata": {"v": [1, NUMBER]}}'),
+        ("PUT", f"/v1/groups/{GROUP}", '{"metadata": {"v": {"w": NUMBER}}}'),
+    ]
+    for method, path, body in bodies:
+        content = body.replace("NUMBER", number)
+        response = client.request(method, path, content=content, headers={"content-type": "application/json"})
+        assert response.status_code == 422 and "finite" in response.text, (path, response.text)
+    assert client.get(f"{S}/messages").json()["messages"][-1]["id"] == "b2"
+
+
+@pytest.mark.parametrize("blank", [" \u200b ", "\u200b", "\ufeff", "\u2060\u00a0"])
+def test_visually_blank_ids_are_refused(client: TestClient, blank: str) -> None:
+    message = client.post(f"{S}/messages", json={"messages": [{"id": blank, "content": "x"}]})
+    assert message.status_code == 422 and "blank" in message.text
+    path = f"/v1/groups/{GROUP}/sessions/{quote(blank)}/messages"
+    session = client.post(path, json={"messages": [{"id": "ok", "content": "x"}]})
+    assert session.status_code == 422 and "blank" in session.text
+
+
+def test_a_lone_surrogate_in_search_session_ids_is_refused(client: TestClient) -> None:
+    body = '{"query": "hiking", "session_ids": ["base", "\\udc00"]}'
+    for route in ("search", "context"):
+        response = client.post(
+            f"/v1/groups/{GROUP}/{route}", content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 422 and "surrogate" in response.text, response.text
+
+
+def test_a_timezone_with_a_control_character_says_what_is_wrong(client: TestClient) -> None:
+    answers = [
+        client.post(
+            f"/v1/groups/{GROUP}/search", json={"query": "hiking", "time": "last week", "timezone": "Europe/\x01"}
+        ),
+        client.get(f"/v1/groups/{GROUP}/timeline/histogram", params={"time": "last week", "timezone": "UTC\x01"}),
+    ]
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        message = answer.json()["error"]["message"]
+        assert "timezone" in message.lower() and not message.startswith("For further information"), message
+
+
+@pytest.mark.parametrize(
+    ("number", "expected"),
+    [
+        (1683540960, "2023-05-08T10:16:00"),  # seconds
+        (10_000_000_000, "2286-11-20T17:46:40"),  # once read as milliseconds (1970-04-26)
+        (253402214399, "9999-12-30T23:59:59"),  # the last second epimem stores
+    ],
+)
+def test_a_number_is_always_epoch_seconds(client: TestClient, number: int, expected: str) -> None:
+    path = f"/v1/groups/{GROUP}/sessions/epoch-{number}/messages"
+    assert client.post(path, json={"messages": [{"id": "e", "content": "x", "timestamp": number}]}).status_code == 200
+    assert client.get(path).json()["messages"][0]["timestamp"].startswith(expected)
+
+
+@pytest.mark.parametrize("number", [253402300799, 1683540960000, 10**20])
+def test_a_number_beyond_year_9999_in_seconds_is_refused(client: TestClient, number: int) -> None:
+    path = f"/v1/groups/{GROUP}/sessions/epoch-bad/messages"
+    response = client.post(path, json={"messages": [{"id": "e", "content": "x", "timestamp": number}]})
+    assert response.status_code == 422 and "out of range" in response.text, response.text
