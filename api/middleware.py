@@ -32,9 +32,10 @@ IMPORT_PATH = re.compile(r"^/v1/groups/[^/]+/import/?$")
 
 
 class _TooLarge(Exception):
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, setting: str = "max_body_bytes") -> None:
         super().__init__(limit)
         self.limit = limit
+        self.setting = setting
 
 
 class RequestMiddleware:
@@ -86,7 +87,7 @@ class RequestMiddleware:
                     body = await self._read_body(headers, receive)
                 await self._call(scope, body, send_with_id, request_id)
             except _TooLarge as too_large:
-                await _too_large(too_large.limit)(scope, receive, send_with_id)
+                await _too_large(too_large.limit, too_large.setting)(scope, receive, send_with_id)
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
@@ -132,7 +133,7 @@ class RequestMiddleware:
         """The body as it arrives (the route streams it), cut off with 413 past ``limit`` bytes."""
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _TooLarge(limit)
+            raise _TooLarge(limit, "max_import_bytes")
         size = 0
 
         async def counting() -> Message:
@@ -184,7 +185,5 @@ class RequestMiddleware:
         return replay
 
 
-def _too_large(limit: int) -> Response:
-    return error_response(
-        413, "payload_too_large", f"request body is larger than {limit} bytes", {"max_body_bytes": limit}
-    )
+def _too_large(limit: int, setting: str) -> Response:
+    return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes", {setting: limit})

@@ -228,4 +228,4 @@ def test_a_keys_file_with_no_usable_key_stops_the_start(service: Epimem, tmp_pat
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     lines = run.stderr.strip().splitlines()
     assert run.returncode != 0 and len(lines) == 1, run.stderr
-    assert "no usable key" in lines[0] and "set EPIMEM_API_KEYS_FILE" not in lines[0]
+    assert "no usable key" in lines[0] and "no API keys are configured" not in lines[0]
