@@ -345,3 +345,80 @@ def test_a_number_beyond_year_9999_in_seconds_is_refused(client: TestClient, num
     path = f"/v1/groups/{GROUP}/sessions/epoch-bad/messages"
     response = client.post(path, json={"messages": [{"id": "e", "content": "x", "timestamp": number}]})
     assert response.status_code == 422 and "out of range" in response.text, response.text
+
+
+# -- the MCP tools and the import body: anything is never a server error --------------------------
+
+_TOOL_FIELDS = {
+    "add_messages": ["session", "messages", "flush"],
+    "search_memory": ["query", "k", "sessions", "time", "reference_time"],
+    "get_context": ["query", "token_budget", "sessions", "time", "reference_time"],
+    "get_timeline": ["session", "start", "end", "limit", "cursor"],
+    "get_episode": ["episode_id", "session"],
+    "list_sessions": ["group"],
+    "delete_session": ["session"],
+}
+_VALID = {
+    "session": "fuzz",
+    "messages": [{"id": "f1", "content": "fuzzed words", "timestamp": "2023-06-01T00:00:00Z"}],
+    "query": "hiking",
+    "episode_id": "nope",
+}
+_MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _call_tool(client: TestClient, tool: str, arguments: dict) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    response = client.post("/mcp", content=json.dumps(body).encode(), headers=_MCP_HEADERS)
+    _status(response)
+    return dict(response.json())
+
+
+def test_an_mcp_tool_call_works_in_this_client(client: TestClient) -> None:
+    answer = _call_tool(client, "search_memory", {"group": GROUP, "query": "hiking"})
+    assert answer["result"]["isError"] is False and "hiking" in json.dumps(answer["result"]).lower()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tool=st.sampled_from(sorted(_TOOL_FIELDS)),
+    field_index=st.integers(min_value=0, max_value=10),
+    value=_ANY,
+    message_field=st.sampled_from([*_MESSAGE_FIELDS, "speaker"]),
+)
+def test_any_mcp_tool_argument_is_never_a_server_error(
+    client: TestClient, tool: str, field_index: int, value: object, message_field: str
+) -> None:
+    fields = _TOOL_FIELDS[tool]
+    arguments = {"group": "mcp-fuzz", **{f: _VALID[f] for f in fields if f in _VALID}}
+    arguments[fields[field_index % len(fields)]] = value
+    if tool == "add_messages" and field_index % 2:
+        arguments["messages"] = [{**_VALID["messages"][0], message_field: value}]
+    answer = _call_tool(client, tool, arguments)
+    if "error" in answer:  # a JSON-RPC error is the protocol's answer to a malformed request, not a crash
+        assert answer["error"]["code"] != -32603, answer
+        return
+    result = answer["result"]
+    if result["isError"]:
+        text = result["content"][0]["text"]
+        assert not text.startswith("Error executing tool"), text  # the SDK's words for a crash
+        assert len(text) < 2000  # one sentence, not the input echoed back
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line_index=st.integers(min_value=0, max_value=50), key_index=st.integers(min_value=0, max_value=50), value=_ANY)
+def test_any_import_body_is_never_a_server_error(
+    client: TestClient, line_index: int, key_index: int, value: object
+) -> None:
+    records = _export_lines(client)
+    record = records[line_index % len(records)]
+    inner = next((k for k in ("record", "episode", "session", "config") if isinstance(record.get(k), dict)), None)
+    target = record[inner] if inner else record
+    keys = sorted(target)
+    target[keys[key_index % len(keys)]] = value
+    body = "".join(json.dumps(r) + "\n" for r in records).encode()
+    response = client.post(
+        "/v1/groups/fuzz-import/import", content=body, headers={"content-type": "application/x-ndjson"}
+    )
+    _status(response)
+    _readable(client)
