@@ -30,6 +30,7 @@ from api.telemetry import setup_tracing
 from memory.errors import EpimemError
 
 log = logging.getLogger("epimem.api")
+RECOVERY_WAIT_AT_STOP_S = 2.0  # how long a stop waits for the startup recovery to finish
 
 DESCRIPTION = """Episodic memory for LLM applications.
 
@@ -73,8 +74,14 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
         try:
             yield
         finally:
-            recovery.join(timeout=30)
-            if owned:
+            recovery.join(timeout=RECOVERY_WAIT_AT_STOP_S)
+            if recovery.is_alive() and owned:
+                # Waiting would hold a stop for as long as the recovery takes (an LLM call per
+                # episode). Nothing is lost: the messages are stored and an interrupted formation is
+                # finished by the next start, as after a crash. The service is not closed under the
+                # recovery's feet; the process exits, and with it the recovery and the folder lock.
+                log.warning("stopping during the startup recovery: it resumes at the next start")
+            elif owned:
                 app.state.service.close()
 
     app = FastAPI(
