@@ -120,8 +120,9 @@ def test_validation_errors_say_what_is_wrong_and_the_log_holds_no_input(
 
 def test_an_expired_key_gets_401_on_every_method_of_mcp(server: AppServer) -> None:
     headers = {"authorization": f"Bearer {EXPIRED}", "accept": "application/json, text/event-stream"}
-    stream = httpx.get(f"{server.url}/mcp", headers=headers, timeout=30)
-    assert stream.status_code == 401 and "expired" in stream.json()["error"]["message"]
+    with httpx.stream("GET", f"{server.url}/mcp", headers=headers, timeout=30) as stream:
+        assert stream.status_code == 401  # not 200 and an open event stream
+        assert "expired" in json.loads(stream.read())["error"]["message"]
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     post = httpx.post(f"{server.url}/mcp", json=body, headers=headers, timeout=30)
     assert post.status_code == 401 and "expired" in post.json()["error"]["message"]
