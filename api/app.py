@@ -31,6 +31,7 @@ from api.telemetry import setup_tracing
 from memory.errors import EpimemError
 
 log = logging.getLogger("epimem.api")
+RECOVERY_WAIT_AT_STOP_S = 2.0  # how long a stop waits for the startup recovery to finish
 
 DOCS_ASSETS = "/docs-assets"  # Swagger UI's and ReDoc's scripts, styles and favicon
 DESCRIPTION = """Episodic memory for LLM applications.
@@ -75,8 +76,14 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
         try:
             yield
         finally:
-            recovery.join(timeout=30)
-            if owned:
+            recovery.join(timeout=RECOVERY_WAIT_AT_STOP_S)
+            if recovery.is_alive() and owned:
+                # Waiting would hold a stop for as long as the recovery takes (an LLM call per
+                # episode). Nothing is lost: the messages are stored and an interrupted formation is
+                # finished by the next start, as after a crash. The service is not closed under the
+                # recovery's feet; the process exits, and with it the recovery and the folder lock.
+                log.warning("stopping during the startup recovery: it resumes at the next start")
+            elif owned:
                 app.state.service.close()
 
     # /docs and /redoc from assets shipped in the fastapi-offline package (Swagger UI, ReDoc), not from a CDN:
@@ -111,7 +118,11 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(explorer)
     mount_ui(app)  # the browser explorer at /ui, on the same public /v1 API
     app.add_middleware(
-        RequestMiddleware, metrics=app.state.metrics, max_body_bytes=settings.max_body_bytes, keys=keys
+        RequestMiddleware,
+        metrics=app.state.metrics,
+        max_body_bytes=settings.max_body_bytes,
+        max_import_bytes=settings.max_import_bytes,
+        keys=keys,
     )  # on every path (also /mcp and /ui): local-mode guards, content types, key before body
     setup_tracing(app)  # OpenTelemetry when OTEL_* asks for it (with epimem-server[otel])
     return app

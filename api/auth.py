@@ -8,7 +8,8 @@ Key file (``EPIMEM_API_KEYS_FILE``)::
 A group pattern is an exact group id, or a prefix followed by ``*`` (``*`` alone = every group).
 Roles are ordered: admin can do what write can, write what read can. ``expires`` (optional, ISO
 time; naive = UTC): from then on the key is refused with 401. Unknown fields and a secret listed
-twice make the file invalid (the service does not start). Server-wide routes (``/metrics``) need an
+twice make the file invalid (the service does not start), and so does a file with no usable key
+(an empty list, or every key expired): it never means local mode. Server-wide routes (``/metrics``) need an
 admin key for ``*``. With no key file the service runs in local mode: no keys checked, and
 api.middleware serves only loopback clients, loopback ``Host`` names and loopback (or no) ``Origin``.
 
@@ -120,6 +121,14 @@ class KeyRing:
             # Never echo the file: it holds secrets. pydantic's message may quote input, so only locations.
             where = _error_places(error) if isinstance(error, ValidationError) else []
             raise InvalidInputError(f"cannot read the API key file {path}: {type(error).__name__} {where}") from None
+        now = utc_now()
+        if not any(entry.expires is None or entry.expires > now for entry in parsed.keys):
+            # An empty list must not mean local mode: the operator asked for keys.
+            why = "every key in it has expired" if parsed.keys else "its list of keys is empty"
+            raise InvalidInputError(
+                f"the API key file {path} holds no usable key ({why}): add a key, "
+                "or unset EPIMEM_API_KEYS_FILE to run in local mode (this machine only)"
+            )
         return cls([ApiKey(e.key.encode(), tuple(e.groups), Role[e.role.upper()], e.expires) for e in parsed.keys])
 
     @property

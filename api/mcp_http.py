@@ -2,7 +2,8 @@
 behind the app's API keys: a request without a valid key gets the same 401 as every route, and a
 tool call on a group the key does not cover (or that needs a role it lacks) is refused.
 
-``mount_mcp(app)`` does nothing when the ``mcp`` package is not installed (``epimem-server[mcp]``).
+Without the ``mcp`` package (``epimem-server[mcp]``), ``/mcp`` answers 501 with a body that names the
+missing extra.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from api.auth import KeyRing, Role
 from api.error_handling import error_response
+from api.errors import UnauthorizedError
 
 log = logging.getLogger("epimem.mcp")
 MCP_PATH = "/mcp"
@@ -37,11 +39,10 @@ def _key_guard(keys: KeyRing) -> Any:
     def guard(ctx: Any, group_id: str, role: str) -> None:
         if not keys.enabled:
             return
-        header = (ctx.headers or {}).get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        key = keys.find(token.strip()) if scheme.lower() == "bearer" else None
-        if key is None:
-            raise ToolError("unauthorized: missing or unknown API key")
+        try:
+            key = keys.authenticate(ctx.headers or {})
+        except UnauthorizedError as error:
+            raise ToolError(f"unauthorized: {error.message}") from None
         if not key.covers(group_id):
             raise ToolError("forbidden: this key may not access this group")
         if key.role < Role[role.upper()]:
@@ -60,25 +61,42 @@ class _KeyedEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.keys.enabled:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-            scheme, _, token = headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or self.keys.find(token.strip()) is None:
-                response = error_response(401, "unauthorized", "missing or unknown API key", None)
+            try:
+                self.keys.authenticate(headers)  # missing, unknown or expired: 401, also for GET's stream
+            except UnauthorizedError as error:
+                response = error_response(401, error.code, error.message, None)
                 response.headers["www-authenticate"] = "Bearer"
                 await response(scope, receive, send)
                 return
         await self.manager.handle_request(scope, receive, send)
 
 
+class _NotInstalled:
+    """``/mcp`` of a server without the SDK: every method gets 501 naming the extra."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            501,
+            "mcp_not_installed",
+            "this epimem server was started without MCP support: install the extra with "
+            "pip install 'epimem-server[mcp]' (from a clone: pip install -e '.[mcp]') and restart the server",
+            {"extra": "mcp"},
+        )
+        await response(scope, receive, send)
+
+
 def mount_mcp(app: FastAPI) -> bool:
-    """Serve the MCP tools at ``/mcp`` on the app's own service; returns False without the SDK."""
+    """Serve the MCP tools at ``/mcp`` on the app's own service; returns False without the SDK (then
+    ``/mcp`` answers 501 naming the extra)."""
     if not mcp_available():
+        app.router.routes.append(Route(MCP_PATH, endpoint=_NotInstalled(), include_in_schema=False))
         return False
     from mcp.server.transport_security import TransportSecuritySettings
 
     from api.mcp_server import build_server
 
     keys: KeyRing = app.state.keys
-    server = build_server(lambda: app.state.service, guard=_key_guard(keys))
+    server = build_server(lambda: app.state.service, guard=_key_guard(keys), limits=app.state.settings)
     # Origin and Host are checked by the app's own middleware for every path; the SDK's copy of
     # that check would only know 127.0.0.1.
     server.streamable_http_app(

@@ -12,6 +12,7 @@ group it touches and the role it needs; over HTTP it applies the same API keys a
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -19,15 +20,18 @@ from typing import Annotated, Any, Protocol, cast
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from api.limits import BatchLimits, check_batch
 from memory.errors import EpimemError
-from memory.models import Episode, Message, Role
+from memory.models import MAX_ID_LENGTH, Episode, Message, Role
 
-READ, WRITE = "read", "write"
-Guard = Callable[[Context, str, str], None]  # (context, group id, "read" | "write") -> raises ToolError
+# The same role for the same act as over HTTP: reads, writes, and admin for every delete.
+READ, WRITE, ADMIN = "read", "write", "admin"
+Guard = Callable[[Context, str, str], None]  # (context, group id, role) -> raises ToolError
+log = logging.getLogger("epimem.mcp")
 
 
 class Backend(Protocol):
@@ -50,7 +54,7 @@ class ChatMessage(BaseModel):
     id: str = Field(description="stable id of the message; re-sending the same id is a no-op")
     content: str = Field(description="what was said")
     role: Role = Field(default=Role.USER, description="user, assistant, system or tool")
-    speaker: str | None = Field(default=None, description="who said it (a name)")
+    speaker: str | None = Field(default=None, max_length=MAX_ID_LENGTH, description="who said it (a name)")
     timestamp: datetime | None = Field(default=None, description="when it was said (ISO 8601); default: now")
 
 
@@ -94,13 +98,49 @@ def _scope(sessions: list[str] | None, time: str | None, reference_time: datetim
     return {key: value for key, value in options.items() if value is not None}
 
 
+def problems(error: ValidationError) -> str:
+    """What is wrong, by place (``messages.0.timestamp: Input should be a valid datetime``), never
+    the values: they are the caller's data, and may be huge."""
+    found = [f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors(include_input=False)]
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return "; ".join(found[:3]) + more
+
+
+class EpimemMCPServer(MCPServer):
+    """``MCPServer`` whose refusals say in one sentence what is wrong: the SDK's argument errors
+    would quote pydantic's whole report (with the values); each refusal is one line in the log."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as error:
+            cause = error.__cause__
+            if isinstance(cause, ValidationError):
+                error = ToolError(f"invalid_input: {problems(cause)}")
+            elif not isinstance(cause, ToolError) or not str(cause):
+                raise
+            else:
+                error = ToolError(str(cause))
+            log.warning("tool %s refused: %s", name, str(error).split(":", 1)[0])  # the code, no input
+            raise error from None
+
+
 class Tools:
     """The tool bodies: resolve the group, check it, run the backend call off the event loop."""
 
-    def __init__(self, backend: Callable[[], Backend], default_group: str | None, guard: Guard | None) -> None:
+    def __init__(
+        self,
+        backend: Callable[[], Backend],
+        default_group: str | None,
+        guard: Guard | None,
+        limits: BatchLimits | None = None,
+    ) -> None:
         self.backend = backend
         self.default_group = default_group
         self.guard = guard
+        self.limits = limits
 
     async def run(self, ctx: Context, group: str | None, role: str, call: Callable[[Backend, str], Any]) -> Any:
         group_id = group or self.default_group
@@ -114,16 +154,20 @@ class Tools:
         except EpimemError as error:
             raise ToolError(f"{error.code}: {error.message}") from error
         except ValidationError as error:  # a value the facade's own models refuse
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:3])
-            raise ToolError(f"invalid_input: {problems}") from error
+            raise ToolError(f"invalid_input: {problems(error)}") from None
 
 
 def build_server(
-    backend: Callable[[], Backend], *, default_group: str | None = None, guard: Guard | None = None
+    backend: Callable[[], Backend],
+    *,
+    default_group: str | None = None,
+    guard: Guard | None = None,
+    limits: BatchLimits | None = None,
 ) -> MCPServer:
-    """The seven tools on one ``MCPServer``; ``backend()`` is called for every tool call."""
-    tools = Tools(backend, default_group, guard)
-    server = MCPServer(
+    """The seven tools on one ``MCPServer``; ``backend()`` is called for every tool call. ``limits``:
+    the HTTP routes' batch limits (a backend that is a remote server applies its own)."""
+    tools = Tools(backend, default_group, guard, limits)
+    server = EpimemMCPServer(
         "epimem",
         instructions="Long-term episodic memory: store conversations, then search them or get cited context.",
     )
@@ -146,14 +190,16 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         """Store messages of a conversation in memory (idempotent by message id). They are found by
         search_memory and get_context as soon as this returns; episodes form on their own when the
         session goes quiet, so there is no need to flush."""
-        batch = [
-            Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker, timestamp=m.timestamp)
-            if m.timestamp is not None
-            else Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker)
-            for m in messages
-        ]
 
         def call(b: Backend, g: str) -> dict[str, Any]:
+            if tools.limits is not None:
+                check_batch(messages, tools.limits)
+            batch = [
+                Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker, timestamp=m.timestamp)
+                if m.timestamp is not None
+                else Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker)
+                for m in messages
+            ]
             receipt = b.add_messages(g, session, batch)
             episodes = b.flush(g, session) if flush else []
             return {
@@ -242,7 +288,7 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, read_only_hint=False))
     async def delete_session(ctx: Context, session: SessionArg, group: GroupArg = None) -> dict[str, Any]:
         """Delete a session: its messages, episodes and vectors. Cannot be undone."""
-        receipt = await tools.run(ctx, group, WRITE, lambda b, g: b.delete_session(g, session))
+        receipt = await tools.run(ctx, group, ADMIN, lambda b, g: b.delete_session(g, session))
         return {"messages": len(receipt.messages), "episodes": len(receipt.episodes), "vectors": receipt.vectors}
 
 
@@ -255,15 +301,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_one_line_each() -> None:
+    """stderr gets one plain line per refused call; the SDK's own records below WARNING stay out."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("epimem mcp: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``epimem mcp``: serve the tools over stdio until the client closes the pipe."""
     import os
 
     args = _parser().parse_args(argv)
+    _log_one_line_each()
     if args.url:
         from epimem_client import EpimemClient
 
         client = EpimemClient(args.url, api_key=args.api_key or os.environ.get("EPIMEM_API_KEY"))
+        if not client.ready():  # it may be started later: serve, every tool says why it fails
+            print(
+                f"epimem mcp: warning: no epimem answers at {args.url}; every tool fails until it does", file=sys.stderr
+            )
         # The client returns its own wire models, with the same fields as the facade's that the tools read.
         server = build_server(lambda: cast(Backend, client), default_group=args.group)
         try:
@@ -282,10 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
 
-    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
-    service = Epimem.from_settings(settings)
     try:
-        build_server(lambda: service, default_group=args.group).run("stdio")
+        settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+        service = Epimem.from_settings(settings)
+    except EpimemError as error:  # e.g. the folder is held by a running server
+        print(f"epimem mcp: {error.message}", file=sys.stderr)
+        return 1
+    try:
+        build_server(lambda: service, default_group=args.group, limits=settings).run("stdio")
     finally:
         service.close()
     return 0

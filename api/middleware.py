@@ -1,12 +1,14 @@
 """One pure-ASGI middleware for what every request (on every path: /v1, /mcp, /ui, ...) needs: a
 request id (``X-Request-ID`` in and out, also on a 500, and on its log line), the guards of
 api.guards (local mode: loopback client, ``Host`` and ``Origin``; body content types; the API key
-checked before the body is read), the body size limit, metrics per route template and one
+checked before the body is read), the body size limit, the
+headers of api.security_headers (no framing; the explorer's content policy), metrics per route template and one
 structured access-log line."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from starlette.datastructures import Headers, MutableHeaders
@@ -15,23 +17,41 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import KeyRing
 from api.error_handling import error_response
+from api.errors import PayloadTooLargeError
 from api.guards import refusal
 from api.logs import request_id_from, request_id_var
 from api.metrics import Metrics
+from api.security_headers import add_security_headers
 
 access_log = logging.getLogger("epimem.access")
 log = logging.getLogger("epimem.api")
 
 
+# An import takes back whatever an export wrote: its body streams to the route under its own cap.
+IMPORT_PATH = re.compile(r"^/v1/groups/[^/]+/import/?$")
+
+
 class _TooLarge(Exception):
-    pass
+    def __init__(self, limit: int, setting: str = "max_body_bytes") -> None:
+        super().__init__(limit)
+        self.limit = limit
+        self.setting = setting
 
 
 class RequestMiddleware:
-    def __init__(self, app: ASGIApp, *, metrics: Metrics, max_body_bytes: int, keys: KeyRing | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        max_body_bytes: int,
+        keys: KeyRing | None = None,
+        max_import_bytes: int | None = None,
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.max_import_bytes = max_import_bytes if max_import_bytes is not None else max_body_bytes
         self.keys = keys if keys is not None else KeyRing([])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -52,6 +72,7 @@ class RequestMiddleware:
             if message["type"] == "http.response.start":
                 status = int(message["status"])
                 MutableHeaders(scope=message)["X-Request-ID"] = request_id
+                add_security_headers(message, scope.get("path", ""))
             await send(message)
 
         try:
@@ -60,17 +81,13 @@ class RequestMiddleware:
                 await refused(scope, receive, send_with_id)
                 return
             try:
-                replay = await self._read_body(headers, receive)
-            except _TooLarge:
-                response = error_response(
-                    413,
-                    "payload_too_large",
-                    f"request body is larger than {self.max_body_bytes} bytes",
-                    {"max_body_bytes": self.max_body_bytes},
-                )
-                await response(scope, receive, send_with_id)
-                return
-            await self._call(scope, replay, send_with_id, request_id)
+                if scope["method"] == "POST" and IMPORT_PATH.match(scope.get("path", "")):
+                    body = self._counted(headers, receive, self.max_import_bytes)
+                else:
+                    body = await self._read_body(headers, receive)
+                await self._call(scope, body, send_with_id, request_id)
+            except _TooLarge as too_large:
+                await _too_large(too_large.limit, too_large.setting)(scope, receive, send_with_id)
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
@@ -112,12 +129,32 @@ class RequestMiddleware:
             )
             await response(scope, receive, send)
 
+    def _counted(self, headers: Headers, receive: Receive, limit: int) -> Receive:
+        """The body as it arrives (the route streams it), cut off with 413 past ``limit`` bytes."""
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _TooLarge(limit, "max_import_bytes")
+        size = 0
+
+        async def counting() -> Message:
+            nonlocal size
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > limit:  # raised inside the route, answered 413 by its EpimemError handler
+                raise PayloadTooLargeError(
+                    f"an import body is at most {limit} bytes (EPIMEM_MAX_IMPORT_BYTES)",
+                    details={"max_import_bytes": limit},
+                )
+            return message
+
+        return counting
+
     async def _read_body(self, headers: Headers, receive: Receive) -> Receive:
         """Read the whole body up to the limit (Content-Length is checked but not trusted), then
         replay it to the app."""
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise _TooLarge
+            raise _TooLarge(self.max_body_bytes)
         chunks: list[bytes] = []
         size = 0
         more = True
@@ -130,7 +167,7 @@ class RequestMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
-                raise _TooLarge
+                raise _TooLarge(self.max_body_bytes)
             chunks.append(chunk)
             more = bool(message.get("more_body", False))
         body = b"".join(chunks)
@@ -146,3 +183,7 @@ class RequestMiddleware:
             return await receive()
 
         return replay
+
+
+def _too_large(limit: int, setting: str) -> Response:
+    return error_response(413, "payload_too_large", f"request body is larger than {limit} bytes", {setting: limit})

@@ -7,6 +7,7 @@ summaries; admin = every delete, export, metrics (when keys are configured).
 
 from __future__ import annotations
 
+import codecs
 import itertools
 from typing import Annotated, Any, Literal
 
@@ -18,8 +19,8 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
 from api.error_handling import error_responses
-from api.errors import PayloadTooLargeError
 from api.facade import Epimem
+from api.limits import check_batch
 from api.params import EpisodeIdPath, GroupId, MessageIdPath, SessionId, SessionIdQuery
 from api.schemas import (
     EpisodeOut,
@@ -98,17 +99,7 @@ def add_messages(
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
     a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
-    if len(body.messages) > settings.max_messages_per_batch:
-        raise PayloadTooLargeError(
-            f"a batch holds at most {settings.max_messages_per_batch} messages",
-            details={"max_messages_per_batch": settings.max_messages_per_batch, "received": len(body.messages)},
-        )
-    too_long = [m.id for m in body.messages if len(m.content) > settings.max_message_chars]
-    if too_long:
-        raise InvalidInputError(
-            f"message content is longer than {settings.max_message_chars} characters",
-            details={"max_message_chars": settings.max_message_chars, "ids": too_long[:20]},
-        )
+    check_batch(body.messages, settings)
     return service.add_messages(group_id, session_id, body.messages)
 
 
@@ -344,12 +335,23 @@ def export_group(
     summary="Import JSON Lines written by export (idempotent)",
 )
 async def import_group(group_id: GroupId, request: Request, service: ServiceDep) -> ImportReceipt:
-    raw = await request.body()
+    """The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
+    this server's export wrote imports back."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines: list[str] = []
+    tail = ""
+    read = 0
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidInputError("the import body is not UTF-8 text", details={"position": error.start}) from None
-    lines = [line for line in text.splitlines() if line.strip()]
+        async for chunk in request.stream():
+            text = tail + decoder.decode(chunk)
+            *complete, tail = text.split("\n")
+            lines += [line for line in complete if line.strip()]
+            read += len(chunk)
+        tail += decoder.decode(b"", final=True)
+    except UnicodeDecodeError as error:  # the position is about where the bad bytes start
+        raise InvalidInputError("the import body is not UTF-8 text", details={"position": read + error.start}) from None
+    if tail.strip():
+        lines.append(tail)
     receipt: ImportReceipt = await run_in_threadpool(service.import_group, lines, group_id=group_id)
     return receipt
 

@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     # HTTP surface.
     api_keys_file: Path | None = None
     max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    max_import_bytes: int = Field(
+        default=2 * 1024 * 1024 * 1024,
+        ge=1024,
+        description="Largest import body (streamed, not held twice): an export of a large group passes.",
+    )
     max_messages_per_batch: int = Field(default=1000, ge=1)
     max_message_chars: int = Field(default=50_000, ge=1)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import unicodedata
 import uuid as uuid_module
 from datetime import datetime
 from enum import StrEnum
@@ -15,13 +17,20 @@ MAX_ID_LENGTH = 500
 MAX_MESSAGE_ID_LENGTH = 256
 
 
+def _visible(char: str) -> bool:
+    """Not white space and not an invisible format character (zero-width space, joiners, marks)."""
+    return not char.isspace() and unicodedata.category(char) != "Cf"
+
+
 def _check_id(value: str, *, max_length: int) -> str:
-    if not value or not value.strip():
-        raise ValueError("id must not be empty or blank")
+    if not value or not any(_visible(char) for char in value):
+        raise ValueError("id must not be empty or blank (white space and zero-width characters only)")
     if len(value) > max_length:
         raise ValueError(f"id is longer than {max_length} characters")
     if any(ord(char) < 32 or ord(char) == 127 for char in value):
         raise ValueError("id must not contain control characters")
+    if has_lone_surrogate(value):
+        raise ValueError("id must be valid Unicode: it holds a lone surrogate such as \\udc00")
     return value
 
 
@@ -37,6 +46,29 @@ def check_message_id(value: str) -> str:
 UtcDatetime = Annotated[datetime, BeforeValidator(parse_timestamp)]
 ScopeId = Annotated[str, BeforeValidator(lambda v: check_scope_id(v) if isinstance(v, str) else v)]
 MessageId = Annotated[str, BeforeValidator(lambda v: check_message_id(v) if isinstance(v, str) else v)]
+
+
+MAX_NESTING = 64  # levels of lists and objects inside one value (metadata)
+
+
+def value_problem(value: Any, depth: int = 0) -> str | None:
+    """What makes a value unfit to store, or None: a lone surrogate in any text, a number that is not
+    finite (NaN and Infinity are not JSON, and would be stored as null), nesting deeper than
+    ``MAX_NESTING`` (the walk stops there, so no input can exhaust the stack)."""
+    if isinstance(value, str):
+        lone = has_lone_surrogate(value)
+        return "text must be valid Unicode: it holds a lone surrogate such as \\udc00" if lone else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "numbers must be finite: NaN and Infinity are not JSON"
+    if isinstance(value, dict | list | tuple | set | frozenset):
+        if depth >= MAX_NESTING:
+            return f"values may be nested at most {MAX_NESTING} levels deep"
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else list(value)
+        for item in items:
+            problem = value_problem(item, depth + 1)
+            if problem is not None:
+                return problem
+    return None
 
 
 def has_lone_surrogate(value: Any) -> bool:
@@ -56,13 +88,15 @@ def has_lone_surrogate(value: Any) -> bool:
 
 
 class ValidUnicode(BaseModel):
-    """A model whose text must be valid Unicode (no lone surrogates such as "\\udc00")."""
+    """A model whose text must be valid Unicode (no lone surrogates such as "\\udc00"), whose numbers
+    are finite and whose values are nested at most ``MAX_NESTING`` deep (``value_problem``)."""
 
     @field_validator("*", mode="after")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
-        if has_lone_surrogate(value):
-            raise ValueError("text must be valid Unicode: it holds a lone surrogate such as \\udc00")
+        problem = value_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
 

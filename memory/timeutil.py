@@ -9,8 +9,6 @@ from dateutil import parser as date_parser
 
 from memory.errors import InvalidInputError
 
-# Epoch numbers above this are read as milliseconds (year 2286 in seconds).
-_MILLISECONDS_THRESHOLD = 10_000_000_000
 # Accepted timestamps leave a day to the ends of what datetime can hold (years 1 and 9999), so that a
 # timezone conversion or "the day after" of an accepted time never overflows.
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
@@ -40,7 +38,10 @@ def _in_range(value: datetime) -> datetime:
 
 
 def parse_timestamp(value: object) -> datetime:
-    """Parse a timestamp given as datetime, epoch seconds/milliseconds or text in any common format.
+    """Parse a timestamp given as datetime, epoch seconds or text in any common format.
+
+    A number is always seconds since 1970-01-01 UTC (253402300799 is 9999-12-31, not a reading as
+    milliseconds): a milliseconds value lands far past year 9999 and is refused.
 
     Raises InvalidInputError with a message that names the value when it cannot be read or lies
     outside ``EARLIEST``..``LATEST``.
@@ -57,12 +58,12 @@ def _parse(value: object) -> datetime:
         number = float(value)
         if not math.isfinite(number):
             raise InvalidInputError(f"timestamp is not a finite number: {value!r}")
-        if abs(number) > _MILLISECONDS_THRESHOLD:
-            number /= 1000.0
         try:
             return datetime.fromtimestamp(number, UTC)
         except (OverflowError, OSError, ValueError) as error:
-            raise InvalidInputError(f"timestamp out of range: {value!r}") from error
+            raise InvalidInputError(
+                f"timestamp out of range: {value!r} (a number is seconds since 1970; divide milliseconds by 1000)"
+            ) from error
     if isinstance(value, str):
         text = value.strip()
         if not text or len(text) > 100:

@@ -97,6 +97,7 @@ function h(tag, attrs, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
     else if (name === "class") node.className = value;
+    else if (name === "style") node.style.cssText = value; // CSSOM: allowed by the policy's style-src 'self'
     else if (value === true) node.setAttribute(name, "");
     else node.setAttribute(name, String(value));
   }

@@ -92,6 +92,8 @@ def read_export(lines: Iterable[str]) -> ExportContents:
                 _add_record(parsed, item, number, places)
         except InvalidInputError:
             raise
+        except RecursionError:
+            raise InvalidInputError(f"line {number}: nested too deeply to read") from None
         except (ValueError, KeyError, TypeError, ValidationError) as error:
             raise InvalidInputError(f"line {number}: {error}") from error
     if not parsed.header:

@@ -4,7 +4,9 @@ Export reads the log before the vectors, so a formation running meanwhile leaves
 marked forming whose episode exists (``recover()`` after import settles it). Import writes a file
 that ``read_export`` has checked whole; embeddings are reused only when the file's model is the
 service's, otherwise rebuilt from the stored text; everything is written by id (importing twice
-changes nothing the second time).
+changes nothing the second time). An import never rewrites memory: a message, episode or summary
+whose id the group already holds with other text (or other sources) is refused with 409, and
+nothing of the file is written.
 """
 
 from __future__ import annotations
@@ -93,6 +95,8 @@ class Transfer:
         if len(by_key) != len(messages):
             raise InvalidInputError("the file holds the same message twice")
         self._check_conflicts(target, messages)
+        episodes = [regroup(item) for _, item, _ in parsed.vectors if isinstance(item, Episode)]
+        self._check_episode_conflicts(target, episodes)
         planned = [_planned(item, regroup, by_key) for _, item, _ in parsed.vectors]
         embeddings = [embedding for _, _, embedding in parsed.vectors]
         reuse = (
@@ -156,6 +160,31 @@ class Transfer:
             raise ConflictError(
                 "the group already holds these message ids with other content", details={"ids": conflicts[:20]}
             )
+
+    def _check_episode_conflicts(self, group_id: str, episodes: list[Episode]) -> None:
+        if not episodes:
+            return
+        existing = {e.uuid: e for e in self._vectors.episodes(group_id, ids=[e.uuid for e in episodes])}
+        conflicts = [e.uuid for e in episodes if e.uuid in existing and _memory_of(existing[e.uuid]) != _memory_of(e)]
+        if conflicts:
+            raise ConflictError(
+                "the group already holds these episode ids with another title, text, time or sources; "
+                "an import cannot rewrite memory (delete the episode first, or import into another group)",
+                details={"ids": conflicts[:20]},
+            )
+
+
+def _memory_of(episode: Episode) -> tuple[Any, ...]:
+    """What an episode tells: an import may not change it for an id the group already holds."""
+    return (
+        episode.episode_type,
+        episode.session_id,
+        episode.title,
+        episode.content,
+        episode.timestamp,
+        episode.source_message_ids,
+        episode.source_episode_ids,
+    )
 
 
 def _planned(item: Episode | tuple[str, str], regroup: Any, by_key: dict[tuple[str, str], StoredMessage]) -> Planned:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -229,10 +230,19 @@ def shoot(page: Any, name: str) -> None:
     page.screenshot(path=str(IMAGES / f"explorer-{name}.png"))
 
 
+def wait_until(page: Any, expression: str, timeout_s: float = 30.0) -> None:
+    """``page.wait_for_function`` without its in-page polling, which evaluates a string: the
+    explorer's content policy (no 'unsafe-eval') refuses that, as it should."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        page.wait_for_timeout(50)
+
+
 def visit(page: Any, url: str) -> None:
     """Go to a view and wait until the explorer has rendered it."""
     page.goto(url)
-    page.wait_for_function("document.body.dataset.rendered === location.hash")
+    wait_until(page, "document.body.dataset.rendered === location.hash")
 
 
 def redrawn(page: Any, action: Callable[[], object]) -> None:
@@ -338,7 +348,7 @@ def test_search_shows_hits_with_score_components(local: AppServer, open_page: Ca
         assert hits.first.get_by_label(name).count() == 1
     page.get_by_label("Session").select_option("chat-2")
     page.get_by_role("button", name="Search").click()
-    page.wait_for_function("[...document.querySelectorAll('li.hit')].every(h => h.innerText.includes('chat-2'))")
+    wait_until(page, "[...document.querySelectorAll('li.hit')].every(h => h.innerText.includes('chat-2'))")
     page.get_by_label("Session").select_option("")
     page.get_by_role("button", name="Search").click()
     hits.first.wait_for()
@@ -357,16 +367,16 @@ def test_context_budget_slider_changes_text_and_citations(local: AppServer, open
     page.get_by_label("Question").fill("What did Caroline do with Rex at Lake Tahoe?")
     page.get_by_label("Token budget").fill("1000")
     page.get_by_role("button", name="Build context").click()
-    page.wait_for_function("document.querySelector('#c-tokens')?.innerText.includes('of 1000')")
+    wait_until(page, "document.querySelector('#c-tokens')?.innerText.includes('of 1000')")
     used, budget, wide = context_state(page)
     assert 0 < used <= budget == 1000 and len(wide) >= 4
     assert "chat-1-0-0" in wide
     page.get_by_label("Token budget").fill("64")
-    page.wait_for_function("document.querySelector('#c-tokens')?.innerText.includes('of 64')")
+    wait_until(page, "document.querySelector('#c-tokens')?.innerText.includes('of 64')")
     used, budget, narrow = context_state(page)
     assert 0 < used <= 64 and 0 < len(narrow) < len(wide) and set(narrow) <= set(wide)
     page.get_by_label("Token budget").fill("400")
-    page.wait_for_function("document.querySelector('#c-tokens')?.innerText.includes('of 400')")
+    wait_until(page, "document.querySelector('#c-tokens')?.innerText.includes('of 400')")
     accessible(page)
     shoot(page, "context")
     link = page.locator("#c-text a.ctx-line").first
@@ -428,7 +438,7 @@ def test_long_session_lists_page(local: AppServer, open_page: Callable) -> None:
     rows.first.wait_for()
     assert rows.count() == 20 and page.get_by_role("button", name="← Previous").is_disabled()
     page.get_by_role("button", name="Next →").click()
-    page.wait_for_function("document.querySelectorAll('tbody tr').length === 3")
+    wait_until(page, "document.querySelectorAll('tbody tr').length === 3")
     assert page.locator("tbody tr th").first.inner_text() == "s20"
     assert page.get_by_role("button", name="Next →").is_disabled()
 
@@ -560,7 +570,7 @@ def test_timeline_of_a_thousand_episodes_renders_fast_and_pages(
     print(f"\ntimeline of 1,000 episodes: rendered in {', '.join(f'{t:.0f}' for t in timings)} ms")
     assert min(timings) < 3000
     page.get_by_role("button", name="Load more").click()
-    page.wait_for_function("document.querySelectorAll('ol.episodes li').length === 200")
+    wait_until(page, "document.querySelectorAll('ol.episodes li').length === 200")
     redrawn(page, page.get_by_role("button", name="Zoom in").click)
     shown = int(re.search(r"of (\d+)", page.locator("p[aria-live]").inner_text()).group(1))
     assert 0 < shown < 1000

@@ -260,3 +260,165 @@ def test_anything_anywhere_is_never_a_5xx(
     segment = quote(path_text.encode("utf-8", "replace").decode(), safe="") or "x"
     _status(client.get(f"/v1/groups/{GROUP}/sessions/{segment}/messages"))
     _readable(client)
+
+
+# -- issue 32.6: hostile bodies get a 4xx ----------------------------------------------------------
+
+
+def test_an_import_line_nested_a_thousand_deep_is_a_422(client: TestClient) -> None:
+    records = _export_lines(client)
+    message_line = next(i for i, r in enumerate(records) if r["type"] == "message")
+    line = json.dumps(records[message_line])
+    nested = line[:-1] + ', "deep": ' + "[" * 1000 + "]" * 1000 + "}"
+    body = "\n".join([json.dumps(r) for r in records[:message_line]] + [nested]) + "\n"
+    response = client.post(
+        "/v1/groups/imported/import", content=body.encode(), headers={"content-type": "application/x-ndjson"}
+    )
+    assert response.status_code == 422, response.text
+    deep_metadata = {"k": json.loads("[" * 100 + "]" * 100)}
+    message = {"id": "deep", "content": "deep metadata", "metadata": deep_metadata}
+    response = client.post(f"{S}/messages", json={"messages": [message]})
+    assert response.status_code == 422 and "nested at most" in response.text
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_refused_not_stored_as_null(client: TestClient, number: str) -> None:
+    bodies = [
+        ("POST", f"{S}/messages", '{"messages": [{"id": "nan1", "content": "x", "metadata": {"v": NUMBER}}]}'),
+        ("PUT", f"{S}", '{"metadata": {"v": [1, NUMBER]}}'),
+        ("PUT", f"/v1/groups/{GROUP}", '{"metadata": {"v": {"w": NUMBER}}}'),
+    ]
+    for method, path, body in bodies:
+        content = body.replace("NUMBER", number)
+        response = client.request(method, path, content=content, headers={"content-type": "application/json"})
+        assert response.status_code == 422 and "finite" in response.text, (path, response.text)
+    assert client.get(f"{S}/messages").json()["messages"][-1]["id"] == "b2"
+
+
+@pytest.mark.parametrize("blank", [" \u200b ", "\u200b", "\ufeff", "\u2060\u00a0"])
+def test_visually_blank_ids_are_refused(client: TestClient, blank: str) -> None:
+    message = client.post(f"{S}/messages", json={"messages": [{"id": blank, "content": "x"}]})
+    assert message.status_code == 422 and "blank" in message.text
+    path = f"/v1/groups/{GROUP}/sessions/{quote(blank)}/messages"
+    session = client.post(path, json={"messages": [{"id": "ok", "content": "x"}]})
+    assert session.status_code == 422 and "blank" in session.text
+
+
+def test_a_lone_surrogate_in_search_session_ids_is_refused(client: TestClient) -> None:
+    body = '{"query": "hiking", "session_ids": ["base", "\\udc00"]}'
+    for route in ("search", "context"):
+        response = client.post(
+            f"/v1/groups/{GROUP}/{route}", content=body, headers={"content-type": "application/json"}
+        )
+        assert response.status_code == 422 and "surrogate" in response.text, response.text
+
+
+def test_a_timezone_with_a_control_character_says_what_is_wrong(client: TestClient) -> None:
+    answers = [
+        client.post(
+            f"/v1/groups/{GROUP}/search", json={"query": "hiking", "time": "last week", "timezone": "Europe/\x01"}
+        ),
+        client.get(f"/v1/groups/{GROUP}/timeline/histogram", params={"time": "last week", "timezone": "UTC\x01"}),
+    ]
+    for answer in answers:
+        assert answer.status_code == 422, answer.text
+        message = answer.json()["error"]["message"]
+        assert "timezone" in message.lower() and not message.startswith("For further information"), message
+
+
+@pytest.mark.parametrize(
+    ("number", "expected"),
+    [
+        (1683540960, "2023-05-08T10:16:00"),  # seconds
+        (10_000_000_000, "2286-11-20T17:46:40"),  # once read as milliseconds (1970-04-26)
+        (253402214399, "9999-12-30T23:59:59"),  # the last second epimem stores
+    ],
+)
+def test_a_number_is_always_epoch_seconds(client: TestClient, number: int, expected: str) -> None:
+    path = f"/v1/groups/{GROUP}/sessions/epoch-{number}/messages"
+    assert client.post(path, json={"messages": [{"id": "e", "content": "x", "timestamp": number}]}).status_code == 200
+    assert client.get(path).json()["messages"][0]["timestamp"].startswith(expected)
+
+
+@pytest.mark.parametrize("number", [253402300799, 1683540960000, 10**20])
+def test_a_number_beyond_year_9999_in_seconds_is_refused(client: TestClient, number: int) -> None:
+    path = f"/v1/groups/{GROUP}/sessions/epoch-bad/messages"
+    response = client.post(path, json={"messages": [{"id": "e", "content": "x", "timestamp": number}]})
+    assert response.status_code == 422 and "out of range" in response.text, response.text
+
+
+# -- the MCP tools and the import body: anything is never a server error --------------------------
+
+_TOOL_FIELDS = {
+    "add_messages": ["session", "messages", "flush"],
+    "search_memory": ["query", "k", "sessions", "time", "reference_time"],
+    "get_context": ["query", "token_budget", "sessions", "time", "reference_time"],
+    "get_timeline": ["session", "start", "end", "limit", "cursor"],
+    "get_episode": ["episode_id", "session"],
+    "list_sessions": ["group"],
+    "delete_session": ["session"],
+}
+_VALID = {
+    "session": "fuzz",
+    "messages": [{"id": "f1", "content": "fuzzed words", "timestamp": "2023-06-01T00:00:00Z"}],
+    "query": "hiking",
+    "episode_id": "nope",
+}
+_MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _call_tool(client: TestClient, tool: str, arguments: dict) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+    response = client.post("/mcp", content=json.dumps(body).encode(), headers=_MCP_HEADERS)
+    _status(response)
+    return dict(response.json())
+
+
+def test_an_mcp_tool_call_works_in_this_client(client: TestClient) -> None:
+    answer = _call_tool(client, "search_memory", {"group": GROUP, "query": "hiking"})
+    assert answer["result"]["isError"] is False and "hiking" in json.dumps(answer["result"]).lower()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    tool=st.sampled_from(sorted(_TOOL_FIELDS)),
+    field_index=st.integers(min_value=0, max_value=10),
+    value=_ANY,
+    message_field=st.sampled_from([*_MESSAGE_FIELDS, "speaker"]),
+)
+def test_any_mcp_tool_argument_is_never_a_server_error(
+    client: TestClient, tool: str, field_index: int, value: object, message_field: str
+) -> None:
+    fields = _TOOL_FIELDS[tool]
+    arguments = {"group": "mcp-fuzz", **{f: _VALID[f] for f in fields if f in _VALID}}
+    arguments[fields[field_index % len(fields)]] = value
+    if tool == "add_messages" and field_index % 2:
+        arguments["messages"] = [{**_VALID["messages"][0], message_field: value}]
+    answer = _call_tool(client, tool, arguments)
+    if "error" in answer:  # a JSON-RPC error is the protocol's answer to a malformed request, not a crash
+        assert answer["error"]["code"] != -32603, answer
+        return
+    result = answer["result"]
+    if result["isError"]:
+        text = result["content"][0]["text"]
+        assert not text.startswith("Error executing tool"), text  # the SDK's words for a crash
+        assert len(text) < 2000  # one sentence, not the input echoed back
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line_index=st.integers(min_value=0, max_value=50), key_index=st.integers(min_value=0, max_value=50), value=_ANY)
+def test_any_import_body_is_never_a_server_error(
+    client: TestClient, line_index: int, key_index: int, value: object
+) -> None:
+    records = _export_lines(client)
+    record = records[line_index % len(records)]
+    inner = next((k for k in ("record", "episode", "session", "config") if isinstance(record.get(k), dict)), None)
+    target = record[inner] if inner else record
+    keys = sorted(target)
+    target[keys[key_index % len(keys)]] = value
+    body = "".join(json.dumps(r) + "\n" for r in records).encode()
+    response = client.post(
+        "/v1/groups/fuzz-import/import", content=body, headers={"content-type": "application/x-ndjson"}
+    )
+    _status(response)
+    _readable(client)

@@ -1,12 +1,15 @@
 """Local mode and keys: a web page cannot read or write a local epimem (the exact requests a browser
 sends, on a real uvicorn socket), ``create_app`` itself refuses non-loopback clients with no keys,
 keys are checked before the body is read, the keys file refuses unknown fields and repeated
-secrets and honours ``expires``, and ``/metrics`` needs a key for every group."""
+secrets, refuses to start with no usable key, honours ``expires``, and ``/metrics`` needs a key for every group."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -209,3 +212,20 @@ def test_the_documented_keys_file(tmp_path: Path) -> None:
     assert ops is not None and ops.every_group and ops.role is Role.ADMIN and ops.expires is None
     assert team is not None and team.covers("proj-x") and not team.covers("team-b")
     assert team.expires == datetime(2027, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("expired", [False, True])
+def test_a_keys_file_with_no_usable_key_stops_the_start(service: Epimem, tmp_path: Path, expired: bool) -> None:
+    """An empty list (or only expired keys) never means local mode: the operator asked for keys."""
+    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    keys = [{"key": ADMIN_ALL, "groups": ["*"], "role": "admin", "expires": past}] if expired else []
+    settings = Settings(**{**service.settings.model_dump(), "api_keys_file": _keys_file(tmp_path, keys)})
+    with pytest.raises(InvalidInputError) as refused:
+        create_app(service, settings)
+    assert "no usable key" in refused.value.message and ADMIN_ALL not in refused.value.message
+    env = {**os.environ, "EPIMEM_API_KEYS_FILE": str(tmp_path / "keys.json"), "EPIMEM_DATA_DIR": str(tmp_path / "d")}
+    command = [sys.executable, "-m", "api.cli", "serve", "--host", "0.0.0.0", "--port", "0"]
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode != 0 and len(lines) == 1, run.stderr
+    assert "no usable key" in lines[0] and "no API keys are configured" not in lines[0]

@@ -6,20 +6,23 @@ folder."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import chromadb
+import httpx
 import numpy as np
 import pytest
 from helpers.builders import T0, chat, two_episode_session
 from helpers.docs_blocks import blocks
 from helpers.paths import DOCS
-from helpers.servers import ChromaServer
+from helpers.servers import ChromaServer, ServerProcess
 
 from api.facade import Epimem
 from api.settings import Settings
@@ -177,3 +180,75 @@ def test_erase_residue_refuses_a_folder_without_chroma(tmp_path: Path) -> None:
     erase = [sys.executable, "-m", "api.cli", "erase-residue", "--chroma-path", str(tmp_path)]
     done = subprocess.run(erase, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0 and "not a Chroma data folder" in done.stderr
+
+
+# -- under traffic, across stops (issue 32.1) ------------------------------------------------------
+
+UNDER_TRAFFIC_RUNS = int(os.environ.get("EPIMEM_ERASURE_RUNS", "10"))
+
+
+def _http_session(url: str, group: str, session: str, marker: str, *, day: int) -> None:
+    start = T0 + timedelta(days=day)
+    first = chat(f"{session}-a", 2, start=start, topic=day, marker=marker)
+    second = chat(f"{session}-b", 2, start=start + timedelta(days=1), topic=day + 1)
+    path = f"{url}/v1/groups/{group}/sessions/{session}"
+    httpx.post(f"{path}/messages", json={"messages": first + second}, timeout=120).raise_for_status()
+    httpx.post(f"{path}/flush", timeout=300).raise_for_status()
+
+
+def _read_like_a_client(url: str, groups: list[str]) -> None:
+    for group in groups:
+        base = f"{url}/v1/groups/{group}"
+        for answer in (
+            httpx.post(f"{base}/search", json={"query": "the dog and the pottery vase"}, timeout=120),
+            httpx.post(f"{base}/context", json={"query": "what happened on the trip?"}, timeout=120),
+            httpx.get(f"{base}/timeline", params={"limit": 50}, timeout=120),
+            httpx.get(f"{base}/export", timeout=120),
+        ):
+            assert answer.status_code in (200, 404), answer.text
+
+
+def _one_run_under_traffic(data_dir: Path, log: Path, *, kill: bool) -> list[tuple[str, str]]:
+    """Seed two groups, delete a message, an episode, a session and a group while reading as a client
+    does, stop the server (cleanly or with kill -9), start it again, stop it; the deleted text found."""
+    env = {**os.environ, "EPIMEM_DATA_DIR": str(data_dir)}
+    keep, gone = f"keep-{uuid.uuid4().hex[:6]}", f"gone-{uuid.uuid4().hex[:6]}"
+    words = {tag: _marker(tag) for tag in ("msg", "epi", "ses", "grp", "title", "desc")}
+    secret_session = f"sess{uuid.uuid4().hex[:10]}"
+    with ServerProcess.serve(env=env, log=log) as server:
+        url = server.url
+        _http_session(url, keep, "s-keep", "", day=0)
+        _http_session(url, keep, "s-msgs", words["msg"], day=2)
+        _http_session(url, keep, "s-epis", words["epi"], day=4)
+        _http_session(url, keep, secret_session, words["ses"], day=6)
+        httpx.put(
+            f"{url}/v1/groups/{keep}/sessions/{secret_session}", json={"title": words["title"]}
+        ).raise_for_status()
+        _http_session(url, gone, "s1", words["grp"], day=8)
+        httpx.put(f"{url}/v1/groups/{gone}", json={"description": words["desc"]}).raise_for_status()
+        _read_like_a_client(url, [keep, gone])
+        timeline = httpx.get(f"{url}/v1/groups/{keep}/timeline", params={"session_id": "s-epis"}).json()
+        doomed = next(e for e in timeline["episodes"] if "s-epis-a-0" in e["source_message_ids"])
+        needles = [*words.values(), secret_session, doomed["uuid"], doomed["title"]]
+        deletes = [
+            f"{url}/v1/groups/{keep}/sessions/s-msgs/messages/s-msgs-a-0",
+            f"{url}/v1/groups/{keep}/sessions/s-epis/episodes/{doomed['uuid']}",
+            f"{url}/v1/groups/{keep}/sessions/{secret_session}",
+            f"{url}/v1/groups/{gone}",
+        ]
+        for delete in deletes:
+            assert httpx.delete(delete, timeout=300).status_code == 200
+            _read_like_a_client(url, [keep, gone])
+        found = scan_folder(data_dir, needles)  # while the server runs, after its reads
+        assert found == [], f"residue while serving: {found}"
+        if kill:
+            server.kill()
+    with ServerProcess.serve(env=env, log=log) as server:
+        _read_like_a_client(server.url, [keep, gone])
+    return scan_folder(data_dir, needles)
+
+
+@pytest.mark.parametrize("run", range(UNDER_TRAFFIC_RUNS))
+def test_deleted_text_stays_gone_under_traffic_across_stops(tmp_path: Path, run: int) -> None:
+    found = _one_run_under_traffic(tmp_path / "data", tmp_path / "server.log", kill=run % 2 == 1)
+    assert found == [], found

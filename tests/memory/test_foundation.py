@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-
 from datetime import UTC, datetime, timedelta
 from functools import partial
 

@@ -23,7 +23,7 @@ from memory.timeutil import parse_timestamp
         ("1:56 pm on 8 May, 2023", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
         ("Mon, 08 May 2023 13:56:00 GMT", datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
         (1683554160, datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
-        (1683554160000, datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
+        (253402214399, datetime(9999, 12, 30, 23, 59, 59, tzinfo=UTC)),  # a number is always seconds
         (datetime(2023, 5, 8, 13, 56), datetime(2023, 5, 8, 13, 56, tzinfo=UTC)),
     ],
 )
@@ -32,7 +32,10 @@ def test_timestamps_in_any_format_become_utc(raw: object, expected: datetime) ->
     assert parsed == expected and parsed.tzinfo == UTC
 
 
-@pytest.mark.parametrize("raw", ["", "not a date", "2023-13-45", True, None, float("nan"), 10**30, [1]])
+# 1683554160000: milliseconds, which seconds would put past year 9999 (one rule: numbers are seconds).
+@pytest.mark.parametrize(
+    "raw", ["", "not a date", "2023-13-45", True, None, float("nan"), 10**30, [1], 1683554160000, 253402300799]
+)
 def test_unreadable_timestamps_are_refused(raw: object) -> None:
     with pytest.raises(InvalidInputError):
         parse_timestamp(raw)

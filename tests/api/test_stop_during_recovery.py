@@ -1,0 +1,62 @@
+"""SIGTERM while the startup recovery forms episodes stops a real ``epimem serve`` within 5 s, and
+nothing is lost: the next start forms every pending message into an episode (issue 32.8). The LLM is
+the one stand-in (tests/helpers/fake_openai.py), slowed so that the recovery takes long."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from helpers.builders import T0, chat
+from helpers.fake_openai import FakeOpenAI, Reply, episode_from_prompt
+from helpers.processes import clean_env
+from helpers.servers import ServerProcess
+
+from api.facade import Epimem
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+
+GROUP = "recovering"
+SESSIONS = 12
+
+
+def slow(request: dict[str, Any]) -> Reply:
+    return replace(episode_from_prompt(request), delay=4.0)
+
+
+def test_sigterm_during_the_startup_recovery_stops_fast_and_loses_nothing(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    data = tmp_path / "data"
+    seeding = Epimem.from_settings(Settings(data_dir=data), background=False, embedder=embedder)
+    for i in range(SESSIONS):  # pending messages, as a crash before their formation leaves them
+        seeding.add_messages(GROUP, f"s{i}", chat(f"s{i}", 3, start=T0, topic=i))
+    seeding.close()
+
+    with FakeOpenAI(slow) as llm:
+        env = clean_env(EPIMEM_DATA_DIR=str(data), EPIMEM_LLM_BASE_URL=llm.url, EPIMEM_LLM_API_KEY="test-key")
+        server = ServerProcess.serve(env=env, log=tmp_path / "first.log")
+        with server:
+            deadline = time.monotonic() + 120
+            while not (llm.requests_of("episode") or llm.requests_of("segment")):
+                assert time.monotonic() < deadline, "the recovery sent no LLM request"
+                time.sleep(0.1)
+            assert httpx.get(f"{server.url}/readyz", timeout=10).json()["recovering"] is True
+            assert server.process is not None
+            started = time.monotonic()
+            server.process.terminate()
+            server.process.wait(timeout=60)
+            stopped_in = time.monotonic() - started
+        assert stopped_in <= 5.0, f"took {stopped_in:.1f} s to stop\n{server.output()}"
+
+    with FakeOpenAI() as llm:
+        env = clean_env(EPIMEM_DATA_DIR=str(data), EPIMEM_LLM_BASE_URL=llm.url, EPIMEM_LLM_API_KEY="test-key")
+        with ServerProcess.serve(env=env, log=tmp_path / "second.log") as again:
+            again.wait_recovered(timeout=300)
+            for i in range(SESSIONS):
+                page = httpx.get(f"{again.url}/v1/groups/{GROUP}/timeline", params={"session_id": f"s{i}"}).json()
+                cited = {m for e in page["episodes"] for m in e["source_message_ids"]}
+                assert cited == {f"s{i}-{n}" for n in range(3)}, (i, page)
