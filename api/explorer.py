@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from starlette.staticfiles import StaticFiles
 
 from api.auth import Principal
@@ -126,8 +126,10 @@ def timeline_histogram(
             reference_time=reference_time,
             timezone=timezone,
         )
-    except ValueError as error:
-        raise InvalidInputError(str(error).splitlines()[-1]) from None
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise InvalidInputError(f"{where}: {problem['msg']}" if where else str(problem["msg"])) from None
     return service.timeline_histogram(group_id, scope, buckets=buckets)
 
 

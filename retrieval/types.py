@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.models import Episode, Message, ScopeId, UtcDatetime
 
@@ -35,6 +36,17 @@ class Scope(BaseModel):
     time: str | None = Field(default=None, max_length=200, description="e.g. 'last week', 'in March 2023'")
     reference_time: UtcDatetime | None = Field(default=None, description="what 'now' means for `time`")
     timezone: str = Field(default="UTC", max_length=64)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_timezone(cls, value: str) -> str:
+        """An IANA name ("Europe/Berlin") or UTC, checked whether or not the request names a time: a name
+        that is not a timezone is a mistake to say, not to ignore."""
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as error:
+            raise ValueError("unknown timezone: give an IANA name such as 'Europe/Berlin', or 'UTC'") from error
+        return value
 
     @model_validator(mode="after")
     def _window_is_ordered(self) -> Scope:

@@ -326,6 +326,22 @@ def test_a_timezone_with_a_control_character_says_what_is_wrong(client: TestClie
         assert "timezone" in message.lower() and not message.startswith("For further information"), message
 
 
+def test_an_unknown_timezone_is_refused_even_when_no_time_is_named(client: TestClient) -> None:
+    """Not ignored because the request happens not to need it: the caller gets told."""
+    for route, body in [
+        ("search", {"query": "hiking", "timezone": "Mars/Olympus_Mons"}),
+        ("context", {"query": "hiking", "time": "yesterday", "timezone": "Mars/Olympus_Mons"}),
+        ("context", {"query": "what did we do yesterday?", "timezone": "Nowhere"}),
+    ]:
+        answer = client.post(f"/v1/groups/{GROUP}/{route}", json=body)
+        assert answer.status_code == 422, answer.text
+        assert "unknown timezone" in answer.json()["error"]["message"], answer.text
+    assert (
+        client.post(f"/v1/groups/{GROUP}/search", json={"query": "hiking", "timezone": "Europe/Berlin"}).status_code
+        == 200
+    )
+
+
 @pytest.mark.parametrize(
     ("number", "expected"),
     [
