@@ -117,9 +117,9 @@ class MemoSearcher(Searcher):
         key = ("messages", group_id, tuple(e.uuid for e in episodes))
         return self._kept(key, lambda: super(MemoSearcher, self).messages_of(group_id, episodes))
 
-    def episode_rows(self, group_id: str, episode_ids: list[str]) -> Any:
-        key = ("rows", group_id, tuple(episode_ids))
-        return self._kept(key, lambda: super(MemoSearcher, self).episode_rows(group_id, episode_ids))
+    def episode_rows(self, group_id: str, episode_ids: list[str], loaded: Any = None) -> Any:
+        key = ("rows", group_id, tuple(episode_ids))  # ``loaded`` only saves reads: the rows are the same
+        return self._kept(key, lambda: super(MemoSearcher, self).episode_rows(group_id, episode_ids, loaded))
 
     def keyword_scores(self, group_id: str, query: str) -> Any:
         return self._kept(("bm25", group_id, query), lambda: super(MemoSearcher, self).keyword_scores(group_id, query))
