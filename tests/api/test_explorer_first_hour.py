@@ -6,6 +6,7 @@ window, with its default "count back from the last activity", finds the quicksta
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,8 +69,13 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 def visit(page: Any, url: str) -> None:
+    """Go to a view and wait until the explorer rendered it (polled from here: the explorer's content policy
+    refuses the string evaluation ``page.wait_for_function`` polls with)."""
     page.goto(url)
-    page.wait_for_function("document.body.dataset.rendered === location.hash")
+    deadline = time.monotonic() + 30
+    while not page.evaluate("document.body.dataset.rendered === location.hash"):
+        assert time.monotonic() < deadline, "the view did not render"
+        page.wait_for_timeout(50)
 
 
 def test_an_unknown_group_or_a_malformed_address_replaces_the_view(server: AppServer, page: Any) -> None:

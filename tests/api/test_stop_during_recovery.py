@@ -35,9 +35,15 @@ def test_sigterm_during_the_startup_recovery_stops_fast_and_loses_nothing(
     for i in range(SESSIONS):  # pending messages, as a crash before their formation leaves them
         seeding.add_messages(GROUP, f"s{i}", chat(f"s{i}", 3, start=T0, topic=i))
     seeding.close()
+    time.sleep(1.1)  # the sessions are quiet (EPIMEM_EPISODE_IDLE_SECONDS=1 below): the recovery forms them whole
 
     with FakeOpenAI(slow) as llm:
-        env = clean_env(EPIMEM_DATA_DIR=str(data), EPIMEM_LLM_BASE_URL=llm.url, EPIMEM_LLM_API_KEY="test-key")
+        env = clean_env(
+            EPIMEM_DATA_DIR=str(data),
+            EPIMEM_LLM_BASE_URL=llm.url,
+            EPIMEM_LLM_API_KEY="test-key",
+            EPIMEM_EPISODE_IDLE_SECONDS="1",
+        )
         server = ServerProcess.serve(env=env, log=tmp_path / "first.log")
         with server:
             deadline = time.monotonic() + 120
@@ -53,7 +59,12 @@ def test_sigterm_during_the_startup_recovery_stops_fast_and_loses_nothing(
         assert stopped_in <= 5.0, f"took {stopped_in:.1f} s to stop\n{server.output()}"
 
     with FakeOpenAI() as llm:
-        env = clean_env(EPIMEM_DATA_DIR=str(data), EPIMEM_LLM_BASE_URL=llm.url, EPIMEM_LLM_API_KEY="test-key")
+        env = clean_env(
+            EPIMEM_DATA_DIR=str(data),
+            EPIMEM_LLM_BASE_URL=llm.url,
+            EPIMEM_LLM_API_KEY="test-key",
+            EPIMEM_EPISODE_IDLE_SECONDS="1",
+        )
         with ServerProcess.serve(env=env, log=tmp_path / "second.log") as again:
             again.wait_recovered(timeout=300)
             for i in range(SESSIONS):

@@ -200,7 +200,12 @@ def test_group_delete_under_concurrent_writes(service: Epimem, group_id: str) ->
     receipt = service.delete_group(group_id)
     returned = time.monotonic()
     deleted.set()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60  # until an add that started after the delete returned has been acknowledged
+    while time.monotonic() < deadline:
+        with guard:
+            if any(started > returned for started, *_ in acked):
+                break
+        time.sleep(0.1)
     stop.set()
     for thread in threads:
         thread.join(timeout=60)
