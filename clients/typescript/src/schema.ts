@@ -240,7 +240,11 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Import JSON Lines written by export (idempotent) */
+        /**
+         * Import JSON Lines written by export (idempotent)
+         * @description The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
+         *     this server's export wrote imports back.
+         */
         post: operations["import_group_v1_groups__group_id__import_post"];
         delete?: never;
         options?: never;
