@@ -75,12 +75,7 @@ class Intake:
             self._log.insert_messages(group_id, new)
             if new and self._coordinator.distributed:
                 # Another server may have inserted the same id first, with other content.
-                stored = self._log.get_messages(group_id, session_id, [s.message.id for s in new])
-                lost = [
-                    s.message.id
-                    for s in new
-                    if s.message.id not in stored or not same_message(stored[s.message.id].message, s.message)
-                ]
+                stored, lost = self._lost(group_id, session_id, new)
                 if lost:
                     self._index(group_id, session_id, [stored[i] for i in lost if i in stored])  # theirs, not ours
                     raise ConflictError(
@@ -93,6 +88,19 @@ class Intake:
             duplicates=[m.id for m in messages if m.id in existing],
             pending=pending,
         )
+
+    def _lost(
+        self, group_id: str, session_id: str, written: Sequence[StoredMessage]
+    ) -> tuple[dict[str, StoredMessage], list[str]]:
+        """What the log holds of messages just inserted, and the ids another server stored first with other
+        content (an insert never overwrites)."""
+        stored = self._log.get_messages(group_id, session_id, [s.message.id for s in written])
+        lost = [
+            s.message.id
+            for s in written
+            if s.message.id not in stored or not same_message(stored[s.message.id].message, s.message)
+        ]
+        return stored, lost
 
     def _index(self, group_id: str, session_id: str, stored: Sequence[StoredMessage]) -> None:
         """Embed messages and write their vector records (partition and group index): what makes a
@@ -165,12 +173,7 @@ class Intake:
                 for stored in new:
                     by_session[stored.session_id].append(stored)
                 for session_id, items in by_session.items():
-                    found = self._log.get_messages(group_id, session_id, [s.message.id for s in items])
-                    lost = [
-                        s.message.id
-                        for s in items
-                        if s.message.id not in found or not same_message(found[s.message.id].message, s.message)
-                    ]
+                    _found, lost = self._lost(group_id, session_id, items)
                     if lost:
                         raise ConflictError(
                             "a concurrent request stored these message ids first, with different content",

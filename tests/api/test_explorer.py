@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.browser import ARGS
 from helpers.builders import MINUTE, T0, turns
 from helpers.paths import DOCS
 from helpers.servers import AppServer
@@ -30,16 +31,6 @@ from memory.models import SessionInfo
 
 IMAGES = DOCS / "images"
 SIZE = {"width": 1280, "height": 800}
-ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ADMIN_KEY = "explorer-admin-key-0123"
 READ_KEY = "explorer-read-key-01234"
 
