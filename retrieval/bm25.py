@@ -48,8 +48,8 @@ def tokenize(texts: list[str]) -> list[list[str]]:
 @dataclass(frozen=True)
 class Postings:
     """``docs``/``tokens``/``counts``: one entry per record position and distinct token; ``lengths``:
-    tokens per record. ``vocabulary`` (token -> id) only grows and is shared along a patched lineage
-    (an id no entry uses scores nothing)."""
+    tokens per record. ``vocabulary`` (token -> id) grows and is shared along a patched lineage while
+    records are only added; ``compacted`` gives a new one when records went."""
 
     vocabulary: dict[str, int]
     docs: np.ndarray  # int32
@@ -80,6 +80,15 @@ class Postings:
         lengths = np.zeros(size, dtype=np.float32)
         lengths[kept] = self.lengths[old_of_new[kept]]
         return Postings(self.vocabulary, moved[keep].astype(np.int32), self.tokens[keep], self.counts[keep], lengths)
+
+    def compacted(self) -> Postings:
+        """These postings with a vocabulary of the tokens they hold only (after records were removed or
+        rewritten: no token of a deleted text stays in memory)."""
+        used = np.unique(self.tokens)
+        remap = np.full(len(self.vocabulary), -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        vocabulary = {token: int(remap[i]) for token, i in self.vocabulary.items() if remap[i] >= 0}
+        return Postings(vocabulary, self.docs, remap[self.tokens].astype(np.int32), self.counts, self.lengths)
 
     def with_texts(self, positions: np.ndarray, texts: Sequence[str]) -> Postings:
         """These postings with the entries of ``texts`` at ``positions`` (records that have none)."""

@@ -75,6 +75,8 @@ class KeywordIndex:
         moved[rewritten] = -1
         retokenized = np.union1d(stale, np.asarray(rewritten, dtype=np.int64)).astype(np.int64)
         postings = self._postings.renumbered(moved, len(snapshot))
+        if len(postings.docs) < len(self._postings.docs):  # records removed or rewritten: their tokens go
+            postings = postings.compacted()
         postings = postings.with_texts(retokenized, _texts(snapshot, retokenized.tolist()))
         return KeywordIndex(snapshot, postings=postings)
 
@@ -175,5 +177,7 @@ class KeywordCache:
         return found
 
     def forget(self, group_id: str) -> None:
+        """After a delete: nothing deleted stays in the group's cached snapshot or index (patched at once
+        or dropped: memory.store.snapshots.SnapshotCache.scrub)."""
         if self._snapshots is not None:
-            self._snapshots.forget(group_id)
+            self._snapshots.scrub(group_id)

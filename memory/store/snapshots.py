@@ -144,6 +144,27 @@ class SnapshotCache:
             else:
                 self._entries.pop(group_id, None)
 
+    def scrub(self, group_id: str) -> None:
+        """Called after a delete (and other changes the service announces): the group's cached snapshot is
+        replaced at once by one patched with what this process's writes since changed (deleted rows,
+        messages and keyword tokens gone), or dropped when that cannot be done (a Chroma server, a
+        write not journaled); nothing deleted stays cached until the next read."""
+        with self._lock:
+            building = self._building.setdefault(group_id, threading.Lock())
+        with building:
+            with self._lock:
+                cached = self._entries.pop(group_id, None)
+            if cached is None or self._collections.connection.shared:
+                return
+            with self._collections.connection.call():
+                snapshot = self._extended(cached, (versions.local(self._collections, group_id), None))
+            if snapshot is not None:
+                with self._lock:
+                    self._entries[group_id] = snapshot
+                    self.builds += 1
+                    self.invalidations += 1
+                    self.build_seconds += snapshot.built_s
+
     def groups(self) -> list[str]:
         with self._lock:
             return list(self._entries)
