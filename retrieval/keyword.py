@@ -6,6 +6,7 @@ stopwords are dropped so question words ("what", "when") carry no weight.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 def keyword_text(record: VectorRecord) -> str:
     """What BM25 reads for a record: its title (episodes), its speaker and its text."""
     return f"{record.title} {record.producer_id} {record.document}"
+
+
+_SERIALS = itertools.count()
 
 
 def _text(snapshot: GroupSnapshot, position: int) -> str:
@@ -64,6 +68,8 @@ class KeywordIndex:
         self._scores: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self._postings = postings if postings is not None else Postings.of(_texts(snapshot, range(self._size)))
+        self.serial = next(_SERIALS)
+        self.is_patched = postings is not None
 
     def patched(self, snapshot: GroupSnapshot, patch: Any, previous: GroupSnapshot) -> KeywordIndex:
         """This index for ``snapshot``, patched from ``previous`` (this index's snapshot) by ``patch``
@@ -142,24 +148,29 @@ class KeywordIndex:
 
 class KeywordCache:
     """The keyword index of each group, kept with the group's read snapshot (memory.store.snapshots):
-    built once per version of the group's records, dropped with the snapshot (LRU over groups within
-    the read cache's byte bound, or when this process changes the group: ``forget``)."""
+    one per version of the group's records (built from scratch, or patched from the previous version's
+    when the snapshot was: ``KeywordIndex.patched``), dropped with the snapshot (LRU over groups within
+    the read cache's byte bound) or patched at once after a delete (``forget``).
+
+    ``builds``: indexes made for a new version, either way; ``patches``: those of them patched."""
 
     KEY = "keyword-index"
 
     def __init__(self, snapshots: SnapshotCache | None = None) -> None:
         self._snapshots = snapshots
         self._lock = threading.Lock()
+        self._seen: dict[str, int] = {}  # group -> serial of the last index handed out
         self.builds = 0
+        self.patches = 0
 
     def get(self, snapshot: GroupSnapshot) -> KeywordIndex:
-        def build() -> KeywordIndex:
-            with self._lock:
-                self.builds += 1
-            return KeywordIndex(snapshot)
-
         built = not snapshot.has(self.KEY)
-        index: KeywordIndex = snapshot.derived(self.KEY, build, size=lambda found: found.nbytes)
+        index: KeywordIndex = snapshot.derived(self.KEY, lambda: KeywordIndex(snapshot), size=lambda i: i.nbytes)
+        with self._lock:
+            if self._seen.get(snapshot.group_id) != index.serial:  # an index for a new version
+                self._seen[snapshot.group_id] = index.serial
+                self.builds += 1
+                self.patches += int(index.is_patched)
         if built and self._snapshots is not None:
             self._snapshots.trim()  # the snapshot grew by its index: apply the bounds again
         return index

@@ -196,6 +196,8 @@ def patch(
                 else:
                     messages[record_id] = message
         patched.messages = messages
+    # Episodes parsed from records the changes did not touch stay parsed.
+    patched._episodes.update((r, e) for r, e in snapshot._episodes.items() if r not in touched)
     patched.nbytes = estimate_bytes(patched)
     old_of_new = np.concatenate([kept, np.full(len(new), -1, dtype=np.int64)])
     return patched, Patch(old_of_new=old_of_new, rewritten=np.sort(at))
