@@ -53,8 +53,9 @@ class VectorStore(StorePart):
 
     @store_call
     def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord], *, new: bool = False) -> None:
-        """Write to the partition first, then the group index (both idempotent by id). ``new``: records
-        the group does not hold yet (a read snapshot adds them instead of reading the group again)."""
+        """Write to the partition first, then the group index (both idempotent by id); the read snapshot
+        is patched with them (memory.store.snapshot_patch). ``new``: records the group does not hold yet
+        (kept for callers; the patch finds out itself)."""
         if not records:
             return
         columns = _columns(records)
