@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +179,25 @@ def columns_snapshot(
         config=None,
         sessions=[],
     )
+
+
+def rows_bytes(snapshot: GroupSnapshot, positions: Iterable[int]) -> int:
+    """What ``estimate_bytes`` counts for these rows (a patch adds and takes away only its rows')."""
+    total = 0
+    for p in positions:
+        total += len(snapshot.ids[p]) + len(snapshot.documents[p]) + 2 * 56 + 8 * 6 + 13 + 8 * 2
+        total += len(snapshot.message_ids[p]) + 56 if snapshot.message_ids[p] else 0
+        total += len(snapshot.titles[p]) + 56 if snapshot.titles[p] else 0
+        if snapshot.metadatas is not None:
+            metadata = snapshot.metadatas[p]
+            total += 232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values())
+        if snapshot.directions is not None and snapshot.directions.ndim == 2:
+            total += 4 * snapshot.directions.shape[1]
+    return total
+
+
+def messages_bytes(messages: Iterable[Message]) -> int:
+    return sum(600 + 2 * len(message.content) for message in messages)
 
 
 def estimate_bytes(snapshot: GroupSnapshot) -> int:

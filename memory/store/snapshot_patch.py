@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from memory.models import Message
-from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, estimate_bytes
+from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, messages_bytes, rows_bytes
 from memory.store.records import VectorRecord
 from memory.store.versions import Version
 
@@ -185,20 +185,26 @@ def patch(
         if new:
             directions = np.concatenate([directions, _directions(new)])
         patched.directions = directions
+    # The size estimate moves by what the patch changed, not by a walk over every row (a full snapshot of
+    # 13,600 records: 155 ms a patch).
+    nbytes = snapshot.nbytes + rows_bytes(patched, [p for p, _ in written] + list(range(len(kept), len(ids))))
+    nbytes -= rows_bytes(snapshot, removed + sorted(rewritten))
     if snapshot.messages is not None:
         messages = dict(snapshot.messages)
         for change in changes:
             for record_id in change.removed_messages:
-                messages.pop(record_id, None)
+                gone = messages.pop(record_id, None)
+                nbytes -= messages_bytes([gone]) if gone is not None else 0
             for record_id, message in change.messages:
-                if change.insert:
-                    messages.setdefault(record_id, message)
-                else:
-                    messages[record_id] = message
+                before = messages.get(record_id)
+                if change.insert and before is not None:
+                    continue
+                messages[record_id] = message
+                nbytes += messages_bytes([message]) - (messages_bytes([before]) if before is not None else 0)
         patched.messages = messages
     # Episodes parsed from records the changes did not touch stay parsed.
     patched._episodes.update((r, e) for r, e in snapshot._episodes.items() if r not in touched)
-    patched.nbytes = estimate_bytes(patched)
+    patched.nbytes = nbytes
     old_of_new = np.concatenate([kept, np.full(len(new), -1, dtype=np.int64)])
     return patched, Patch(old_of_new=old_of_new, rewritten=np.sort(at))
 

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from api.facade import Epimem
 from api.settings import Settings
 from memory.store.factory import open_store
-from memory.store.group_snapshot import GroupSnapshot
+from memory.store.group_snapshot import GroupSnapshot, estimate_bytes
 from retrieval.keyword import KeywordIndex
 
 QUERIES = ["the dog Rex", "lake", "pottery class on Thursday"]
@@ -110,6 +110,8 @@ class Patches(RuleBasedStateMachine):
         self.scratch.snapshots.forget(self.group)  # from scratch every time
         assert by_record(kept) == by_record(fresh)
         assert kept.full == fresh.full
+        estimated = estimate_bytes(kept)  # the patched size estimate stays near a full count's
+        assert abs(kept.nbytes - estimated) <= 0.2 * estimated + 8192
         assert (kept.messages or {}) == (fresh.messages or {})
         assert [s.session_id for s in kept.sessions] == [s.session_id for s in fresh.sessions]
         index = self.service.searcher.keywords.get(kept)
