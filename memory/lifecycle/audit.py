@@ -1,0 +1,122 @@
+"""The audit trail of a group: who changed its memory, when, how, and which ids — never what was said.
+
+One record per change in the group's log (kind ``audit``): adds (one per batch that stored
+something), flushes, corrections, redactions, deletes, imports, summaries and re-embeddings. An entry
+holds its time, the actor (an API key's name or id, never its secret; ``local`` in local mode), the
+action, the session and at most ``MAX_TARGETS`` target ids with their full count; never a message's
+or an episode's text, a title, metadata or a correction's reason.
+
+The trail is the group's data: it lives in the group's log, so deleting the group deletes it, and
+deleting a session keeps the entries that name it (ids only). It is bounded: at most ``LIMIT`` entries
+per group are kept, the oldest are dropped first (checked every ``PRUNE_EVERY`` entries a process
+writes to the group, so a group may briefly hold up to ``LIMIT + PRUNE_EVERY``). Export does not
+carry it; an import is itself an entry of the group it writes to.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory.errors import InvalidInputError
+from memory.models import UtcDatetime
+from memory.store.protocols import LogWriter
+from memory.timeutil import from_epoch
+
+KIND = "audit"
+LIMIT = 10_000
+PRUNE_EVERY = 100
+MAX_TARGETS = 100
+MAX_PAGE = 500
+LOCAL_ACTOR = "local"
+_PREFIX = "audit-"
+
+
+class AuditAction(StrEnum):
+    ADD = "add"
+    FLUSH = "flush"
+    CORRECT = "correct"
+    REDACT = "redact"
+    DELETE_MESSAGE = "delete_message"
+    DELETE_EPISODE = "delete_episode"
+    DELETE_SESSION = "delete_session"
+    IMPORT = "import"
+    SUMMARISE = "summarise"
+    REEMBED = "reembed"
+
+
+class AuditEntry(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="the entry's id; entries sort by it, newest last")
+    at: UtcDatetime
+    actor: str = Field(description="the API key's name or id (never its secret); 'local' in local mode")
+    action: AuditAction
+    session_id: str | None = None
+    target_ids: list[str] = Field(default_factory=list, description=f"at most {MAX_TARGETS} ids")
+    target_count: int = Field(default=0, description="how many ids the change touched (target_ids may be cut)")
+
+
+class AuditPage(BaseModel):
+    entries: list[AuditEntry] = Field(description="newest first")
+    next_cursor: str | None = None
+
+
+class AuditTrail:
+    def __init__(self, log: LogWriter, *, limit: int = LIMIT, prune_every: int = PRUNE_EVERY) -> None:
+        self._log = log
+        self.limit = limit
+        self._prune_every = prune_every
+        self._written: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        group_id: str,
+        action: AuditAction,
+        actor: str,
+        *,
+        session_id: str | None = None,
+        targets: Sequence[str] = (),
+    ) -> AuditEntry:
+        now = time.time_ns()
+        entry = AuditEntry(
+            id=f"{_PREFIX}{now:020d}-{secrets.token_hex(4)}",
+            at=from_epoch(now / 1e9),
+            actor=actor,
+            action=action,
+            session_id=session_id,
+            target_ids=list(targets[:MAX_TARGETS]),
+            target_count=len(targets),
+        )
+        self._log.put_record(group_id, entry.id, entry.model_dump_json(), {"kind": KIND})
+        with self._lock:
+            self._written[group_id] += 1
+            due = self._written[group_id] % self._prune_every == 0
+        if due:
+            self.prune(group_id)
+        return entry
+
+    def prune(self, group_id: str) -> int:
+        """Drop the oldest entries beyond ``limit``; returns how many."""
+        ids = sorted(i for i, _, _ in self._log.records(group_id, KIND))
+        extra = ids[: max(0, len(ids) - self.limit)]
+        return self._log.delete_records(group_id, extra) if extra else 0
+
+    def page(self, group_id: str, *, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        """Newest first; ``cursor`` is the ``next_cursor`` of the page before."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidInputError(f"limit must be between 1 and {MAX_PAGE}")
+        if cursor is not None and not cursor.startswith(_PREFIX):
+            raise InvalidInputError("invalid audit cursor")
+        rows = sorted(((i, d) for i, d, _ in self._log.records(group_id, KIND)), reverse=True)
+        if cursor is not None:
+            rows = [(i, d) for i, d in rows if i < cursor]
+        page = [AuditEntry.model_validate_json(d) for _, d in rows[:limit]]
+        return AuditPage(entries=page, next_cursor=page[-1].id if len(rows) > limit else None)
