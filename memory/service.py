@@ -117,6 +117,26 @@ class MemoryService:
         with self._gate.exclusive(group_id), self._ingestor.hold(group_id, session_ids):
             yield
 
+    def _audited(
+        self,
+        group_id: str,
+        action: AuditAction,
+        actor: str,
+        session_id: str,
+        targets: list[str],
+        *,
+        gone: bool = False,
+    ) -> Callable[[DeletionReceipt], None]:
+        """What a delete does before its erasure: its entry in the audit trail, and every entry that
+        names a removed id (and the session, when ``gone``) made to forget it (memory.lifecycle.audit)."""
+
+        def audit(receipt: DeletionReceipt) -> None:
+            self.audit.record(group_id, action, actor, session_id=session_id, targets=targets)
+            removed = {*receipt.messages, *receipt.episodes, *receipt.summaries} | ({session_id} if gone else set())
+            self.audit.forget(group_id, removed)
+
+        return audit
+
     def _session_ids(self, group_id: str) -> list[str]:
         return [info.session_id for info in self.store.log.list_sessions(group_id)]
 
@@ -228,28 +248,29 @@ class MemoryService:
     def delete_message(
         self, group_id: str, session_id: str, message_id: str, *, actor: str = LOCAL_ACTOR
     ) -> DeletionReceipt:
+        audited = self._audited(group_id, AuditAction.DELETE_MESSAGE, actor, session_id, [message_id])
         with self._alone(group_id, [session_id]):
-            receipt = self._deleter.delete_message(group_id, session_id, message_id)
+            receipt = self._deleter.delete_message(group_id, session_id, message_id, before_erase=audited)
         self._changed(group_id, receipt)
-        self.audit.record(group_id, AuditAction.DELETE_MESSAGE, actor, session_id=session_id, targets=[message_id])
         return receipt
 
     def delete_episode(
         self, group_id: str, session_id: str, episode_id: str, *, actor: str = LOCAL_ACTOR
     ) -> DeletionReceipt:
+        audited = self._audited(group_id, AuditAction.DELETE_EPISODE, actor, session_id, [episode_id])
         with self._alone(group_id, [session_id]):
-            receipt = self._deleter.delete_episode(group_id, session_id, episode_id)
+            receipt = self._deleter.delete_episode(group_id, session_id, episode_id, before_erase=audited)
         self._changed(group_id, receipt)
-        self.audit.record(group_id, AuditAction.DELETE_EPISODE, actor, session_id=session_id, targets=[episode_id])
         return receipt
 
     def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         with self._gate.exclusive(group_id):
             with self._ingestor.hold(group_id, [session_id]):
                 receipt = self._deleter.delete_session(group_id, session_id)
+            audited = self._audited(group_id, AuditAction.DELETE_SESSION, actor, session_id, [session_id], gone=True)
+            audited(receipt)
             self._deleter.purge_lease_residue(group_id, [session_id], group_deleted=False)
         self._changed(group_id, receipt)
-        self.audit.record(group_id, AuditAction.DELETE_SESSION, actor, session_id=session_id, targets=[session_id])
         return receipt
 
     def delete_group(self, group_id: str) -> DeletionReceipt:

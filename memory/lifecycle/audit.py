@@ -7,8 +7,9 @@ action, the session and at most ``MAX_TARGETS`` target ids with their full count
 or an episode's text, a title, metadata or a correction's reason.
 
 The trail is the group's data: it lives in the group's log, so deleting the group deletes it, and
-deleting a session keeps the entries that name it (ids only). It is bounded: at most ``LIMIT`` entries
-per group are kept, the oldest are dropped first (checked every ``PRUNE_EVERY`` entries a process
+a delete erases the ids it removed from every entry (they read ``ERASED``; the counts stay), so the
+trail keeps no more of a deleted message, episode or session than the data folder does. It is
+bounded: at most ``LIMIT`` entries per group are kept, the oldest are dropped first (checked every ``PRUNE_EVERY`` entries a process
 writes to the group, so a group may briefly hold up to ``LIMIT + PRUNE_EVERY``). Export does not
 carry it; an import is itself an entry of the group it writes to.
 """
@@ -35,6 +36,7 @@ PRUNE_EVERY = 100
 MAX_TARGETS = 100
 MAX_PAGE = 500
 LOCAL_ACTOR = "local"
+ERASED = "(erased)"  # in place of an id that a delete removed
 _PREFIX = "audit-"
 
 
@@ -102,6 +104,26 @@ class AuditTrail:
         if due:
             self.prune(group_id)
         return entry
+
+    def forget(self, group_id: str, ids: set[str]) -> int:
+        """Replace ``ids`` by ``ERASED`` in every entry that names them (a delete removed them); returns
+        how many entries were rewritten. The caller erases the old versions from disk afterwards."""
+        if not ids:
+            return 0
+        rewritten = 0
+        for record_id, document, metadata in self._log.records(group_id, KIND):
+            entry = AuditEntry.model_validate_json(document)
+            if entry.session_id not in ids and not ids.intersection(entry.target_ids):
+                continue
+            scrubbed = entry.model_copy(
+                update={
+                    "session_id": ERASED if entry.session_id in ids else entry.session_id,
+                    "target_ids": [ERASED if i in ids else i for i in entry.target_ids],
+                }
+            )
+            self._log.put_record(group_id, record_id, scrubbed.model_dump_json(), dict(metadata))
+            rewritten += 1
+        return rewritten
 
     def prune(self, group_id: str) -> int:
         """Drop the oldest entries beyond ``limit``; returns how many."""

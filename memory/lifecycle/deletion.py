@@ -18,7 +18,7 @@ On embedded Chroma every delete ends by erasing the bytes it left in the data fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from memory.embedding.embedder import Embedder
 from memory.episodes.generation import EpisodeGenerator
@@ -30,6 +30,10 @@ from memory.models import Episode
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorWriter
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, message_record_id
+
+# Called with the receipt once the records are gone and before their bytes are erased (the audit trail
+# forgets the removed ids there, so that the erasure takes its old entries too).
+BeforeErase = Callable[[DeletionReceipt], None]
 
 
 class Deleter:
@@ -51,7 +55,9 @@ class Deleter:
 
     # -- messages and episodes ---------------------------------------------------------------------
 
-    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+    def delete_message(
+        self, group_id: str, session_id: str, message_id: str, *, before_erase: BeforeErase | None = None
+    ) -> DeletionReceipt:
         if message_id not in self._log.get_messages(group_id, session_id, [message_id]):
             raise NotFoundError("no such message in this session")
         built_from = [e for e in self._session_episodes(group_id, session_id) if message_id in e.source_message_ids]
@@ -71,10 +77,14 @@ class Deleter:
                 receipt.episodes.append(episode.uuid)
             changed.add(episode.uuid)
         receipt.merge(self._repair_summaries(group_id, changed))
+        if before_erase is not None:
+            before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
 
-    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+    def delete_episode(
+        self, group_id: str, session_id: str, episode_id: str, *, before_erase: BeforeErase | None = None
+    ) -> DeletionReceipt:
         selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
         found = self._vectors.episodes(group_id, ids=[episode_id], selection=selection)
         if not found:
@@ -92,6 +102,8 @@ class Deleter:
             stored = self._log.get_messages(group_id, session_id, list(episode.source_message_ids))
             receipt.merge(self._delete_messages(group_id, session_id, list(stored)))
             receipt.merge(self._repair_summaries(group_id, {episode_id}))
+        if before_erase is not None:
+            before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
 

@@ -11,7 +11,7 @@ from helpers.builders import REFERENCE, T0, chat, turns
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError, NotFoundError
-from memory.lifecycle.audit import AuditAction, AuditTrail
+from memory.lifecycle.audit import ERASED, AuditAction, AuditTrail
 from memory.lifecycle.editing import REDACTED_MARK
 from memory.lifecycle.revisions import RevisionKind
 from memory.models import EpisodeType
@@ -132,8 +132,10 @@ def test_re_forming_keeps_corrections(service: Epimem, group_id: str) -> None:
     assert "m1" not in reformed.source_message_ids and reformed.title != "Cabin trip (checked)"
     revisions = service.episode_revisions(group_id, "trip", episode_id)
     assert [(r.revision, r.kind) for r in revisions] == [(0, "generated"), (1, "correction"), (2, "reformed")]
-    assert revisions[0].erased and revisions[0].content == "" and generated.content not in json.dumps(
-        [r.model_dump(mode="json") for r in revisions]
+    assert (
+        revisions[0].erased
+        and revisions[0].content == ""
+        and generated.content not in json.dumps([r.model_dump(mode="json") for r in revisions])
     )
     assert revisions[1].superseded and not revisions[1].erased and revisions[1].title == "Cabin trip (checked)"
     assert revisions[2].title == reformed.title and revisions[2].reason == "source message m1 deleted"
@@ -163,7 +165,9 @@ def test_redaction_replaces_the_text_everywhere_and_is_idempotent(service: Epime
     assert "m2" in episode.source_message_ids and secret not in episode.content
     revisions = service.episode_revisions(group_id, "trip", episode_id)
     assert [r.kind for r in revisions] == ["generated", "correction", "redacted"]
-    assert all(r.erased for r in revisions[:2]) and secret not in json.dumps([r.model_dump(mode="json") for r in revisions])
+    assert all(r.erased for r in revisions[:2]) and secret not in json.dumps(
+        [r.model_dump(mode="json") for r in revisions]
+    )
 
     again = service.redact_message(group_id, "trip", "m2", replacement="[gone]")
     assert not again.redacted and not again.episodes
@@ -194,7 +198,9 @@ def test_export_and_import_carry_revisions(service: Epimem, group_id: str) -> No
     assert end["counts"]["revisions"] == 2
     copy = f"{group_id}-copy"
     service.import_group(lines, group_id=copy, actor="k2")
-    assert service.episode_revisions(copy, "trip", episode_id) == service.episode_revisions(group_id, "trip", episode_id)
+    assert service.episode_revisions(copy, "trip", episode_id) == service.episode_revisions(
+        group_id, "trip", episode_id
+    )
     assert service.get_episode(copy, "trip", episode_id).title == "Cabin trip (checked)"
     assert service.audit(copy).entries[0].action is AuditAction.IMPORT and service.audit(copy).entries[0].actor == "k2"
     truncated = [line for line in lines if '"type":"revision"' not in line]
@@ -219,7 +225,9 @@ def test_the_audit_trail(service: Epimem, group_id: str) -> None:
         ("add", "local"),
     ]
     add = page.entries[-1]
-    assert add.target_ids == ["m0", "m1", "m2", "m3"] and add.target_count == 4 and add.session_id == "trip"
+    # the deleted message's id is erased from every entry, as from the data folder; the counts stay
+    assert add.target_ids == ["m0", "m1", "m2", ERASED] and add.target_count == 4 and add.session_id == "trip"
+    assert page.entries[0].target_ids == [ERASED] and page.entries[0].target_count == 1
     assert page.entries[2].target_ids == [episode_id] and page.entries[1].target_ids[:1] == ["m2"]
     assert secret not in page.model_dump_json()  # never the content, a title or a reason
     first = service.audit(group_id, limit=2)
