@@ -30,7 +30,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from memory.models import MAX_ID_LENGTH, Episode, EpisodeType, Message, Role
 
 if TYPE_CHECKING:
-    from retrieval.search import Candidate, Searcher
+    from retrieval.candidates import Candidate
+    from retrieval.search import Searcher
 
 MAX_KEY_LENGTH = 100
 MAX_KEYS = 20

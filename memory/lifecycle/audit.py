@@ -9,9 +9,10 @@ or an episode's text, a title, metadata or a correction's reason.
 The trail is the group's data: it lives in the group's log, so deleting the group deletes it, and
 a delete erases the ids it removed from every entry (they read ``ERASED``; the counts stay), so the
 trail keeps no more of a deleted message, episode or session than the data folder does. It is
-bounded: at most ``LIMIT`` entries per group are kept, the oldest are dropped first (checked every ``PRUNE_EVERY`` entries a process
-writes to the group, so a group may briefly hold up to ``LIMIT + PRUNE_EVERY``). Export does not
-carry it; an import is itself an entry of the group it writes to.
+bounded: at most ``LIMIT`` entries per group are kept, the oldest are dropped first (checked every
+``PRUNE_EVERY`` entries a process writes to the group, so a group may briefly hold up to
+``LIMIT + PRUNE_EVERY``). Export does not carry it; an import is itself an entry of the group it
+writes to.
 """
 
 from __future__ import annotations

@@ -179,8 +179,9 @@ def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
     vector = unit(searcher.embed_query(query))
     keyword = searcher.keyword_scores(group_id, query)[1]
     plain = ContextQuery(query=query)
-    own = row_scores(rows, vector, keyword, plain, ScoringPolicy(episode_centroid=0.0), set())
-    blended = row_scores(rows, vector, keyword, plain, ScoringPolicy(episode_centroid=0.5), set())
+    analysis = searcher.analyse(group_id, plain, ScoringPolicy())
+    own = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.0))
+    blended = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.5))
     gain = blended - own
     # every turn takes its episode's better cosine (episode_share 0.8 of a gain over 0.05), and only that changes
     assert len(rows) == 12 and gain.min() > 0.8 * 0.05
