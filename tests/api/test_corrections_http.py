@@ -156,3 +156,27 @@ def test_filters_over_http(api: Callable[..., httpx.Response], group_id: str) ->
         timeline = api("GET", f"/groups/{group_id}/timeline", "reader", params={"filter": json.dumps(bad)})
         assert _error(timeline, 422) == "invalid_input"
     assert _error(api("GET", f"/groups/{group_id}/timeline", "reader", params={"filter": "{not json"}), 422)
+
+
+def test_the_thin_client_corrects_redacts_filters_and_reads_the_audit(
+    make_service: Callable[..., Epimem], serve: Callable[..., object], group_id: str
+) -> None:
+    from epimem_client import EpimemClient
+
+    server = serve(make_service())
+    with EpimemClient(server.url) as memory:  # type: ignore[attr-defined]
+        memory.add_messages(group_id, "trip", turns([(w, t.format(secret="4411")) for w, t in LINES], start=T0))
+        (episode,) = memory.flush(group_id, "trip")
+        corrected = memory.correct_episode(group_id, "trip", episode.uuid, title="Canoe trip", reason="canoe")
+        assert corrected.title == "Canoe trip"
+        revisions = memory.episode_revisions(group_id, "trip", episode.uuid)
+        assert [(r.kind, r.changed_by) for r in revisions] == [("generated", "epimem"), ("correction", "local")]
+        receipt = memory.redact_message(group_id, "trip", "m2", replacement="[removed]")
+        assert receipt.redacted and receipt.episodes == [episode.uuid]
+        assert [m.content for m in memory.history(group_id, "trip") if m.id == "m2"] == ["[removed]"]
+        hits = memory.search(group_id, "kayak", k=3, expand=True, filter={"speakers": ["ben"]})
+        assert hits and {m.producer_id for h in hits for m in h.messages or []} == {"ben"}
+        assert memory.timeline(group_id, filter={"roles": ["assistant"]}).episodes == []
+        assert len(memory.timeline(group_id, filter={"speakers": ["ana"]}).episodes) == 1
+        page = memory.audit(group_id, limit=2)
+        assert [e.action for e in page.entries] == ["redact", "correct"] and page.next_cursor
