@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 from helpers.builders import REFERENCE, T0, chat, turns
+from helpers.embedders import ProjectedEmbedder
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError, NotFoundError
@@ -256,3 +257,24 @@ def test_the_audit_trail_is_bounded(service: Epimem, group_id: str) -> None:
     assert [e.target_ids for e in trail.page(group_id).entries] == [[f"m{i}"] for i in range(8, 3, -1)]
     many = trail.record(group_id, AuditAction.ADD, "k", targets=[f"x{i}" for i in range(250)])
     assert len(many.target_ids) == 100 and many.target_count == 250
+
+
+def test_a_model_change_keeps_corrections(service: Epimem, settings_for, embedder, group_id: str) -> None:
+    """Re-embedding after a model change embeds the stored, corrected text: the correction stays the episode
+    and is what search finds."""
+    episode_id = _seed(service, group_id)
+    fresh = _word()
+    service.correct_episode(group_id, "trip", episode_id, content=f"Ben brings a canoe named {fresh}.")
+    changed = Epimem.from_settings(settings_for(), background=False, embedder=ProjectedEmbedder(embedder))
+    try:
+        changed.reembed(group_id)
+        assert changed.get_episode(group_id, "trip", episode_id).content == f"Ben brings a canoe named {fresh}."
+        hits = changed.search(group_id, f"canoe named {fresh}", k=1)
+        assert hits[0].episode.uuid == episode_id and fresh in hits[0].episode.content
+        assert [r.kind.value for r in changed.episode_revisions(group_id, "trip", episode_id)] == [
+            "generated",
+            "correction",
+        ]
+        assert changed.audit(group_id).entries[0].action is AuditAction.REEMBED
+    finally:
+        changed.close()
