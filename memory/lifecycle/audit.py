@@ -13,15 +13,22 @@ bounded: at most ``LIMIT`` entries per group are kept, the oldest are dropped fi
 ``PRUNE_EVERY`` entries a process writes to the group, so a group may briefly hold up to
 ``LIMIT + PRUNE_EVERY``). Export does not carry it; an import is itself an entry of the group it
 writes to.
+
+An entry is written after the change it describes has happened (a delete's, before its erasure). If
+that write fails, the change stands and its answer is given: the failure is logged as an error and
+counted (``AuditTrail.failures``), never turned into a failure of the change (which would tell a
+caller that a committed change did not happen, and would skip a delete's erasure).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +37,8 @@ from memory.errors import InvalidInputError
 from memory.models import UtcDatetime
 from memory.store.protocols import LogWriter
 from memory.timeutil import from_epoch
+
+log = logging.getLogger("epimem.audit")
 
 KIND = "audit"
 LIMIT = 10_000
@@ -78,6 +87,17 @@ class AuditTrail:
         self._prune_every = prune_every
         self._written: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.failures = 0  # entries (or rewrites) that could not be written
+
+    @contextmanager
+    def _tolerated(self, what: str) -> Iterator[None]:
+        """A write of the trail that fails is logged and counted; the change it describes stands."""
+        try:
+            yield
+        except Exception:  # any store failure: see the module docstring (logged, counted, never silent)
+            with self._lock:
+                self.failures += 1
+            log.exception("audit trail: %s not written; the change itself stands", what)
 
     def record(
         self,
@@ -98,12 +118,14 @@ class AuditTrail:
             target_ids=list(targets[:MAX_TARGETS]),
             target_count=len(targets),
         )
-        self._log.put_record(group_id, entry.id, entry.model_dump_json(), {"kind": KIND})
+        with self._tolerated(f"the {action.value} entry"):
+            self._log.put_record(group_id, entry.id, entry.model_dump_json(), {"kind": KIND})
         with self._lock:
             self._written[group_id] += 1
             due = self._written[group_id] % self._prune_every == 0
         if due:
-            self.prune(group_id)
+            with self._tolerated("pruning"):
+                self.prune(group_id)
         return entry
 
     def forget(self, group_id: str, ids: set[str]) -> int:
@@ -111,6 +133,12 @@ class AuditTrail:
         how many entries were rewritten. The caller erases the old versions from disk afterwards."""
         if not ids:
             return 0
+        rewritten = 0
+        with self._tolerated("forgetting deleted ids"):
+            rewritten = self._forget(group_id, ids)
+        return rewritten
+
+    def _forget(self, group_id: str, ids: set[str]) -> int:
         rewritten = 0
         for record_id, document, metadata in self._log.records(group_id, KIND):
             entry = AuditEntry.model_validate_json(document)

@@ -278,3 +278,19 @@ def test_a_model_change_keeps_corrections(service: Epimem, settings_for, embedde
         assert changed.audit(group_id).entries[0].action is AuditAction.REEMBED
     finally:
         changed.close()
+
+
+def test_an_audit_entry_that_cannot_be_written_does_not_undo_the_change(
+    service: Epimem, group_id: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = service.memory.store.log
+
+    def failing(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the store failed right after the add")
+
+    monkeypatch.setattr(log, "put_record", failing)
+    receipt = service.add_messages(group_id, "s", turns([("ana", "hello there")], start=T0))
+    assert receipt.accepted == ["m0"] and [m.id for m in service.history(group_id, "s")] == ["m0"]
+    assert service.memory.audit.failures == 1 and "add entry not written" in caplog.text
+    monkeypatch.undo()
+    assert service.audit(group_id).entries == []
