@@ -22,16 +22,13 @@ control characters); values are strings, numbers or booleans.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from memory.models import MAX_ID_LENGTH, Episode, EpisodeType, Message, Role
-
-if TYPE_CHECKING:
-    from retrieval.candidates import Candidate
-    from retrieval.search import Searcher
+from memory.store.records import VectorRecord
 
 MAX_KEY_LENGTH = 100
 MAX_KEYS = 20
@@ -146,15 +143,37 @@ class FilterMatch:
         return any(self.message(m, episode) for m in messages)
 
 
-def passing_episodes(searcher: Searcher, group_id: str, match: FilterMatch, episodes: list[Episode]) -> set[str]:
+class Reads(Protocol):
+    """What the filters read of a group (retrieval.search.Searcher has it)."""
+
+    def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]: ...
+
+    def messages_of(self, group_id: str, episodes: list[Episode]) -> dict[str, list[Message]]: ...
+
+
+class Ranked(Protocol):
+    """A ranked record (retrieval.candidates.Candidate)."""
+
+    @property
+    def record(self) -> VectorRecord: ...
+
+    @property
+    def episode_id(self) -> str: ...
+
+    @property
+    def is_message(self) -> bool: ...
+
+
+C = TypeVar("C", bound=Ranked)
+
+
+def passing_episodes(searcher: Reads, group_id: str, match: FilterMatch, episodes: list[Episode]) -> set[str]:
     """The ids of the episodes that pass the filter."""
     messages = searcher.messages_of(group_id, [e for e in episodes if not e.source_episode_ids])
     return {e.uuid for e in episodes if match.episode(e, messages.get(e.uuid, []))}
 
 
-def passing_candidates(
-    searcher: Searcher, group_id: str, match: FilterMatch, candidates: list[Candidate]
-) -> list[Candidate]:
+def passing_candidates(searcher: Reads, group_id: str, match: FilterMatch, candidates: Sequence[C]) -> list[C]:
     """The candidates whose episode passes and, for a message, whose message passes too."""
     episodes = searcher.load_episodes(group_id, sorted({c.episode_id for c in candidates}))
     messages = searcher.messages_of(group_id, [e for e in episodes.values() if not e.source_episode_ids])
