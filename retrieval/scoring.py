@@ -71,6 +71,11 @@ class ScoringPolicy:
     strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
     names_to_ids: bool = False  # read a speaker's other names in the query as its id
     other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
+    # The speaker bonus also for the best ``speaker_admit`` messages by their score before it, whoever said
+    # them: a question naming the wrong person ("What did Caroline realise after her charity race?" when
+    # Melanie ran it) still finds where it was really said.
+    speaker_admit: int = 0
+    other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
 
 
 @dataclass
@@ -186,7 +191,7 @@ def row_scores(
     neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
     scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
     if named:
-        scores += policy.speaker_bonus * np.isin(rows.speakers, list(named))
+        scores += policy.speaker_bonus * _speaker_prior(rows, scores, query, policy, named)
     mentions = time_mentions(query.query, reference=query.reference_time, timezone=query.timezone)
     if mentions:
         scores += policy.time_bonus * _covered(rows, mentions)
@@ -197,6 +202,19 @@ def row_scores(
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
         scores *= _decay(age_days, query.recency_weight, query.recency_half_life_days)
     return np.where(_in_scope(rows, query), scores, -np.inf)
+
+
+def _speaker_prior(
+    rows: MessageRows, scores: np.ndarray, query: Query, policy: ScoringPolicy, named: set[str]
+) -> np.ndarray:
+    """1 for the named speakers' messages and for the ``speaker_admit`` best-scored messages in scope,
+    ``other_speaker_share`` for the rest."""
+    prior = np.where(np.isin(rows.speakers, list(named)), 1.0, policy.other_speaker_share)
+    if policy.speaker_admit > 0:
+        ranked = np.where(_in_scope(rows, query), scores, -np.inf)
+        best = np.argsort(-ranked, kind="stable")[: policy.speaker_admit]
+        prior[best[np.isfinite(ranked[best])]] = 1.0
+    return prior
 
 
 def _cosines(rows: MessageRows, query_vector: np.ndarray) -> np.ndarray:

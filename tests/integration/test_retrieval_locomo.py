@@ -70,7 +70,9 @@ REALTALK = locomo.LOCOMO.parent / "realtalk-dev"
 @pytest.mark.slow
 def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
     """tests/benchmarks/recall.py --quick --mode both: both datasets through the service, flushed and as a chat app
-    (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed."""
+    (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed; REALTALK's short
+    form holds the first chat of each circle of friends (chats 1-4, chats 5-7), each circle with its own table,
+    and LoCoMo's adversarial questions (category 5) have their column."""
     if not locomo.LOCOMO.exists() or not REALTALK.is_dir():
         pytest.skip(f"benchmark data not found next to the checkout ({locomo.LOCOMO.parent})")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", benchmark_data.ENV: str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
@@ -79,10 +81,15 @@ def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "## locomo: conv-30" in out and "## realtalk: Chat_1_Emi_Elise" in out
+    assert "## locomo: conv-30" in out and "## realtalk: Chat_1_Emi_Elise, Chat_5_Nicolas_Nebraas" in out
     assert out.count("ingested chat") == 2 and out.count("ingested flushed") == 2
-    for label in ("| epimem context |", "| RRF of both, k=60 (single turns) |", "| epimem search | all |"):
-        assert out.count(label) == 4, out
+    for circle in ("### circle elise, emi, kevin, paola: Chat_1_Emi_Elise", "### circle nebraas, nicolas, vanessa"):
+        assert out.count(circle) == 2, out  # one per mode
+    assert out.count("| 5 adversarial |") == 2, out  # LoCoMo's table in each mode
+    # per mode: LoCoMo, REALTALK, and each of the two circles
+    for label, count in (("| epimem context |", 8), ("| RRF of both, k=60 (single turns) |", 8)):
+        assert out.count(label) == count, out
+    assert out.count("| epimem search | all |") == 4, out
     rows = [line for line in out.splitlines() if line.startswith("| epimem context |")]
     overall = [float(cell) for row in rows for cell in row.split("|")[2].split("/")]
     assert all(0.3 < value <= 1.0 for value in overall), rows
