@@ -11,7 +11,7 @@ time; naive = UTC): from then on the key is refused with 401. Unknown fields and
 twice make the file invalid (the service does not start), and so does a file with no usable key
 (an empty list, or every key expired): it never means local mode. Server-wide routes (``/metrics``) need an
 admin key for ``*``. With no key file the service runs in local mode: no keys checked, and
-api.middleware serves only loopback clients, loopback ``Host`` names and loopback (or no) ``Origin``.
+api.http.middleware serves only loopback clients, loopback ``Host`` names and loopback (or no) ``Origin``.
 
 Authorization is checked before anything touches the store, from the raw path, so a 403 looks the
 same whether or not the group exists. Keys are compared with ``hmac.compare_digest`` and never logged.

@@ -6,6 +6,7 @@ Everything below takes plain keyword arguments."""
 from __future__ import annotations
 
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,6 @@ from retrieval.overview import Overview
 from retrieval.search import Searcher
 
 if TYPE_CHECKING:
-    from api.facade import Epimem
     from memory.llm.client import LLMClient
 
 
@@ -48,8 +48,9 @@ def build_service(
     embedder: ServiceEmbedder | None = None,
     generator: ReportingGenerator | None = None,
     **overrides: Any,
-) -> Epimem:
-    """The service the settings describe. ``embedder`` lets several services in one process share one
+) -> ServiceParts:
+    """The parts of the service the settings describe (``Epimem.from_settings`` wraps them in the facade).
+    ``embedder`` lets several services in one process share one
     loaded model (tests, notebooks); ``generator`` replaces the configured episode generator (tests)."""
     settings = settings_with(settings, overrides)
     closers = ExitStack()
@@ -67,7 +68,7 @@ def _build(
     background: bool,
     embedder: ServiceEmbedder | None,
     generator: ReportingGenerator | None,
-) -> Epimem:
+) -> ServiceParts:
     embedder = embedder or lazy_embedder(settings)
     store = open_store(build_connection(settings, closers), model_id=embedder.model_id)
     client = llm_client(settings, closers)
@@ -117,15 +118,25 @@ def _build(
     return read_side(settings, memory, embedder)
 
 
-def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedder) -> Epimem:
-    """The read path over the memory service (its caches told of every change), and the facade."""
-    from api.facade import Epimem
+@dataclass(frozen=True)
+class ServiceParts:
+    """What the facade is made of: the settings, the memory service and the read path over it."""
 
+    settings: Settings
+    memory: MemoryService
+    embedder: ServiceEmbedder
+    searcher: Searcher
+    context_builder: ContextBuilder
+    overview: Overview
+
+
+def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedder) -> ServiceParts:
+    """The read path over the memory service (its caches told of every change)."""
     store = memory.store
     searcher = Searcher(vectors=store.vectors, log=store.log, embedder=embedder)
     memory.subscribe("keyword-index", searcher.forget_group)
     wordpieces = embedder.count_tokens if settings.context_token_count == "wordpieces" else None
-    return Epimem(
+    return ServiceParts(
         settings=settings,
         memory=memory,
         embedder=embedder,

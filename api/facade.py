@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from api.composition import build_service
 from api.settings import Settings
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
@@ -87,9 +88,8 @@ class Epimem:
     ) -> Epimem:
         """Build the service from settings (``api.composition.build_service``); ``overrides`` are
         settings fields. ``embedder`` shares one loaded model between services (tests, notebooks)."""
-        from api.composition import build_service
-
-        return build_service(settings, background=background, embedder=embedder, generator=generator, **overrides)
+        parts = build_service(settings, background=background, embedder=embedder, generator=generator, **overrides)
+        return cls(**vars(parts))
 
     def close(self) -> None:
         self.memory.close()

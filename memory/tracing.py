@@ -1,5 +1,5 @@
 """Child spans for the stages that cost time, with OpenTelemetry when it is switched on
-(``api.telemetry`` does that from the standard ``OTEL_*`` variables) and nothing at all otherwise:
+(``api.http.telemetry`` does that from the standard ``OTEL_*`` variables) and nothing at all otherwise:
 with tracing off, ``span`` is a shared null context and ``traced`` one ``is None`` check.
 
 Attributes describe sizes and costs only: never message text, keys or raw group ids

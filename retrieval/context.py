@@ -31,10 +31,12 @@ from memory.models import Episode, Message
 from memory.text import message_line
 from memory.timeutil import format_date, to_utc
 from memory.tracing import read_attributes, traced
+from retrieval.analysis import QueryAnalysis
+from retrieval.candidates import Candidate
 from retrieval.names import named_in
 from retrieval.pending import is_pending
 from retrieval.scoring import ScoringPolicy, score_messages
-from retrieval.search import Candidate, Searcher
+from retrieval.search import Searcher
 from retrieval.types import Citation, ContextQuery, ContextResult
 
 TokenCounter = Callable[[str], int]
@@ -156,11 +158,11 @@ class ContextBuilder:
     @traced("epimem.context.pack", read_attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy
-        query = self._searcher.resolve_names(group_id, query, policy)
         # Scoring the whole group's messages needs no candidate ranking (one vector query less).
         whole_group = policy.select == "group" and self._searcher.group_rows(group_id, fresh=True) is not None
-        candidates = [] if whole_group else self._searcher.candidates(group_id, query.query, query, depth=policy.depth)
-        ranked = self._rank(group_id, candidates, query)
+        analysis = self._searcher.analyse(group_id, query, policy)
+        candidates = [] if whole_group else self._searcher.candidates(group_id, query, analysis, depth=policy.depth)
+        ranked = self._rank(group_id, candidates, query, analysis)
         days = policy.day_headers and not policy.titles
         chars, wordpieces = len(HEADER), self._line_wordpieces(HEADER)
         costs = _LineCosts(self._cost, titles=policy.titles, headers=not days)
@@ -222,10 +224,12 @@ class ContextBuilder:
         lost = self._cost([old] if per_day[old] <= 1 else [GAP])
         return gained[0] - lost[0], gained[1] - lost[1]
 
-    def _rank(self, group_id: str, candidates: list[Candidate], query: ContextQuery) -> list[tuple[float, _Piece, int]]:
+    def _rank(
+        self, group_id: str, candidates: list[Candidate], query: ContextQuery, analysis: QueryAnalysis
+    ) -> list[tuple[float, _Piece, int]]:
         """Every message of the best episodes with its score, best first."""
         ranked: list[tuple[float, _Piece, int]] = []
-        for scored in score_messages(self._searcher, group_id, candidates, query, self.policy):
+        for scored in score_messages(self._searcher, group_id, candidates, query, analysis, self.policy):
             piece = _Piece(scored.episode, scored.messages, set())
             ranked += [(score, piece, i) for i, score in enumerate(scored.scores) if math.isfinite(score)]
         ranked.sort(key=lambda item: (-item[0], item[1].episode.uuid, item[2]))

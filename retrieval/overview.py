@@ -15,7 +15,7 @@ from memory.models import GroupConfiguration, MessageState, SessionInfo
 from memory.store.protocols import LogReader, VectorReader
 from memory.store.records import EPISODE_KINDS, open_episode_id
 from memory.timeutil import from_epoch, to_epoch
-from retrieval.search import resolve_window, scope_filter
+from retrieval.scope import resolve_window, scope_filter
 from retrieval.types import Scope
 
 

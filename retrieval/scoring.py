@@ -25,30 +25,20 @@ sessions or time window are never scored.
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from memory.models import Episode, Message
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import group_hash, traced
+from retrieval.analysis import Query, QueryAnalysis
+from retrieval.candidates import Candidate, Loaded, episode_standing
+from retrieval.keyword import KeywordIndex
 from retrieval.message_rows import MessageRows
-from retrieval.names import named_in, without_names
-from retrieval.timewindow import TimeMention, TimeWindow, time_mentions
-from retrieval.types import ContextQuery, SearchQuery
-
-Query = ContextQuery | SearchQuery
-
-if TYPE_CHECKING:
-    from retrieval.search import Candidate, Loaded, Searcher
-
-_ASKS_WHEN = re.compile(r"^\s*(?:when|what (?:date|day|time|year|month))\b|\bhow long ago\b", re.IGNORECASE)
-# An episode counts its best record fully and each further matching record by this share.
-SUPPORT_WEIGHT = 0.25
+from retrieval.timewindow import TimeMention, TimeWindow
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,16 +68,23 @@ class ScoringPolicy:
     other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
 
 
+class RowSource(Protocol):
+    """What scoring reads of a group (retrieval.search.Searcher)."""
+
+    def group_rows(self, group_id: str, *, fresh: bool = False) -> MessageRows | None: ...
+
+    def episode_rows(self, group_id: str, episode_ids: list[str], loaded: Loaded | None = None) -> MessageRows: ...
+
+    def keyword_scores(self, group_id: str, query: str) -> tuple[KeywordIndex, np.ndarray]: ...
+
+    def embed_query(self, query: str) -> np.ndarray: ...
+
+
 @dataclass
 class ScoredEpisode:
     episode: Episode
     messages: list[Message]  # the episode's source messages, in event-time order
     scores: list[float]  # one per message; -inf outside the query's sessions or time window
-
-
-def episode_score(items: list[Candidate]) -> float:
-    fused = sorted((item.fused for item in items), reverse=True)
-    return fused[0] + SUPPORT_WEIGHT * sum(fused[1:])
 
 
 def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_days: float) -> float:
@@ -102,43 +99,34 @@ def _decay(age_days: Any, weight: float, half_life_days: float) -> Any:
     return (1.0 - weight) + weight * np.power(0.5, np.divide(age_days, half_life_days))
 
 
-def episode_standing(candidates: list[Candidate]) -> dict[str, float]:
-    by_episode: dict[str, list[Candidate]] = defaultdict(list)
-    for candidate in candidates:
-        by_episode[candidate.episode_id].append(candidate)
-    return {episode_id: episode_score(items) for episode_id, items in by_episode.items()}
-
-
 def _scoring_attributes(
-    _searcher: Any, group_id: str, _candidates: Any, _query: Any, policy: ScoringPolicy, *_: Any
+    _source: Any, group_id: str, _candidates: Any, _query: Any, _analysis: Any, policy: ScoringPolicy, *_: Any
 ) -> dict:
     return {"group_hash": group_hash(group_id), "select": policy.select}
 
 
 @traced("epimem.score.messages", _scoring_attributes, lambda scored: {"episodes": len(scored)})
 def score_messages(
-    searcher: Searcher,
+    source: RowSource,
     group_id: str,
     candidates: list[Candidate],
     query: Query,
+    analysis: QueryAnalysis,
     policy: ScoringPolicy,
     loaded: Loaded | None = None,
 ) -> list[ScoredEpisode]:
     """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores
     (``loaded``: episodes and vectors the caller already read)."""
-    rows = searcher.group_rows(group_id) if policy.select == "group" else None
+    rows = source.group_rows(group_id) if policy.select == "group" else None
     whole_group = rows is not None
     if rows is None:
         standing = episode_standing(candidates)
         leading = sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes]
-        rows = searcher.episode_rows(group_id, leading, loaded)
+        rows = source.episode_rows(group_id, leading, loaded)
     if not len(rows):
         return []
-    names = searcher.speaker_names(group_id) if policy.other_names else None
-    named = named_in(query.query, set(rows.speakers.tolist()), names)
-    text = without_names(query.query, named, names or {}) if policy.strip_names else query.query
-    _index, keyword = searcher.keyword_scores(group_id, text)
-    scores = row_scores(rows, unit(searcher.embed_query(text)), keyword, query, policy, named)
+    _index, keyword = source.keyword_scores(group_id, analysis.match_text)
+    scores = row_scores(rows, unit(source.embed_query(analysis.match_text)), keyword, query, analysis, policy)
     best = np.full(len(rows.episodes), -np.inf)
     np.maximum.at(best, rows.owner, scores)
     chosen = [int(e) for e in np.argsort(-best, kind="stable") if np.isfinite(best[e])]
@@ -157,11 +145,10 @@ def row_scores(
     query_vector: np.ndarray,
     keyword: np.ndarray,
     query: Query,
+    analysis: QueryAnalysis,
     policy: ScoringPolicy,
-    named: set[str],
 ) -> np.ndarray:
-    """One score per row (-inf outside the query's sessions and time window); ``named``: the
-    speakers (casefolded) the query names."""
+    """One score per row (-inf outside the query's sessions and time window)."""
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
     cosine = _cosines(rows, query_vector)
 
@@ -190,28 +177,27 @@ def row_scores(
         neighbour = np.where(side >= 0, np.maximum(neighbour, own[np.maximum(side, 0)]), neighbour)
     neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
     scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
-    if named:
-        scores += policy.speaker_bonus * _speaker_prior(rows, scores, query, policy, named)
-    mentions = time_mentions(query.query, reference=query.reference_time, timezone=query.timezone)
-    if mentions:
-        scores += policy.time_bonus * _covered(rows, mentions)
-    if policy.when_bonus and _ASKS_WHEN.search(query.query):
+    if analysis.named:
+        scores += policy.speaker_bonus * _speaker_prior(rows, scores, query, analysis, policy)
+    if analysis.mentions:
+        scores += policy.time_bonus * _covered(rows, analysis.mentions)
+    if policy.when_bonus and analysis.asks_when:
         scores += policy.when_bonus * rows.timed
     scores -= policy.question_penalty * rows.asks
     if query.recency_weight > 0:
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
         scores *= _decay(age_days, query.recency_weight, query.recency_half_life_days)
-    return np.where(_in_scope(rows, query), scores, -np.inf)
+    return np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
 
 
 def _speaker_prior(
-    rows: MessageRows, scores: np.ndarray, query: Query, policy: ScoringPolicy, named: set[str]
+    rows: MessageRows, scores: np.ndarray, query: Query, analysis: QueryAnalysis, policy: ScoringPolicy
 ) -> np.ndarray:
     """1 for the named speakers' messages and for the ``speaker_admit`` best-scored messages in scope,
     ``other_speaker_share`` for the rest."""
-    prior = np.where(np.isin(rows.speakers, list(named)), 1.0, policy.other_speaker_share)
+    prior = np.where(np.isin(rows.speakers, list(analysis.named)), 1.0, policy.other_speaker_share)
     if policy.speaker_admit > 0:
-        ranked = np.where(_in_scope(rows, query), scores, -np.inf)
+        ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
         best = np.argsort(-ranked, kind="stable")[: policy.speaker_admit]
         prior[best[np.isfinite(ranked[best])]] = 1.0
     return prior
@@ -228,7 +214,7 @@ def _cosines(rows: MessageRows, query_vector: np.ndarray) -> np.ndarray:
     return cosine
 
 
-def _covered(rows: MessageRows, mentions: list[TimeMention]) -> np.ndarray:
+def _covered(rows: MessageRows, mentions: tuple[TimeMention, ...]) -> np.ndarray:
     hit = np.zeros(len(rows), dtype=bool)
     for mention in mentions:
         if mention.window is not None:
@@ -238,10 +224,8 @@ def _covered(rows: MessageRows, mentions: list[TimeMention]) -> np.ndarray:
     return hit
 
 
-def _in_scope(rows: MessageRows, query: Query) -> np.ndarray:
-    from retrieval.search import resolve_window
-
-    keep = _inside(rows.times, resolve_window(query))
+def _in_scope(rows: MessageRows, query: Query, window: TimeWindow) -> np.ndarray:
+    keep = _inside(rows.times, window)
     if query.session_ids is not None:
         keep &= np.isin(rows.sessions, list(query.session_ids))
     return keep

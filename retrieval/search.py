@@ -11,9 +11,6 @@ the read path loops over sessions.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
@@ -29,77 +26,23 @@ from memory.store.records import (
     is_open_episode_id,
     message_record_id,
 )
-from memory.timeutil import to_epoch, utc_now
+from memory.timeutil import utc_now
 from memory.tracing import read_attributes, traced
+from retrieval.analysis import Query, QueryAnalysis, analyse
+from retrieval.candidates import Candidate, Loaded, episode_score, rrf
+from retrieval.duplicates import drop_near_duplicates
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
-from retrieval.names import configured_names, learned_names, merge_names, with_ids
+from retrieval.names import configured_names, learned_names, merge_names
 from retrieval.pending import is_pending, open_episodes
-from retrieval.scoring import ScoringPolicy, episode_score, recency_factor, score_messages, unit
-from retrieval.timewindow import TimeWindow, parse_time_window
-from retrieval.types import ContextQuery, Order, Scope, ScoreComponents, SearchHit, SearchQuery
+from retrieval.scope import scope_filter
+from retrieval.scoring import ScoringPolicy, recency_factor, score_messages, unit
+from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
-RRF_K = 60
-Q = TypeVar("Q", SearchQuery, ContextQuery)
 # Search adds message evidence to the episodes it ranks: the messages of every candidate episode are
 # the ones it scores (the same recall as scoring the whole group, at a cost bounded by the candidates;
 # docs/benchmarks-recall.md). The evidence weight is chosen by leave-one-conversation-out.
 SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000)
-# Two hits whose episode vectors are at least this similar are near-duplicates: the lower one goes.
-DUPLICATE_COSINE = 0.95
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One record's standing in the two rankings (ranks are 0-based; None = not in that list)."""
-
-    record: VectorRecord
-    vector: float = 0.0
-    keyword: float = 0.0
-    fused: float = 0.0
-    vector_rank: int | None = None
-    keyword_rank: int | None = None
-
-    @property
-    def record_id(self) -> str:
-        return self.record.id
-
-    @property
-    def episode_id(self) -> str:
-        return self.record.episode_id
-
-    @property
-    def is_message(self) -> bool:
-        return self.record.is_message
-
-
-def resolve_window(scope: Scope) -> TimeWindow:
-    """Intersect the absolute window with the natural-language one."""
-    start, end = scope.start, scope.end
-    if scope.time:
-        window = parse_time_window(scope.time, reference=scope.reference_time, timezone=scope.timezone)
-        if window.start is not None:
-            start = max(start, window.start) if start else window.start
-        if window.end is not None:
-            end = min(end, window.end) if end else window.end
-    return TimeWindow(start=start, end=end)
-
-
-def scope_filter(
-    scope: Scope, window: TimeWindow | None = None, *, kinds: tuple[RecordKind, ...] | None = None
-) -> RecordFilter:
-    """The records of a scope: its sessions and time window (``resolve_window(scope)`` unless given)."""
-    window = window if window is not None else resolve_window(scope)
-    return RecordFilter(
-        kinds=kinds,
-        session_ids=tuple(scope.session_ids) if scope.session_ids is not None else None,
-        since=to_epoch(window.start) if window.start is not None else None,
-        before=to_epoch(window.end) if window.end is not None else None,
-    )
-
-
-def rrf(rank: int | None) -> float:
-    return 0.0 if rank is None else 1.0 / (RRF_K + rank + 1)
 
 
 class Searcher:
@@ -145,16 +88,22 @@ class Searcher:
         snapshot = self.snapshot(group_id)
         return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot))
 
+    def speakers(self, group_id: str) -> frozenset[str]:
+        """The group's speakers (casefolded: a message's producer id, else its role), kept with its snapshot;
+        a group too large for a full snapshot knows them by producer id."""
+        snapshot = self.snapshot(group_id)
+        return snapshot.derived("speakers", lambda: _speakers(snapshot))
+
     def embed_query(self, query: str) -> np.ndarray:
         embed = getattr(self._embedder, "embed_query", None)
         return embed(query) if embed is not None else self._embedder.embed_batch([query])[0]
 
     @traced("epimem.search.candidates", read_attributes, lambda found: {"candidates": len(found)})
-    def candidates(self, group_id: str, query: str, scope: Scope, *, depth: int) -> list[Candidate]:
+    def candidates(self, group_id: str, scope: Scope, analysis: QueryAnalysis, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
-        snapshot = self.snapshot(group_id, fresh=True)
-        window = resolve_window(scope)
-        selection = scope_filter(scope, window)
+        snapshot = self.snapshot(group_id)  # the request's caller checked the version (``fresh``) first
+        query = analysis.text
+        selection = scope_filter(scope, analysis.window)
         hits = self._vectors.nearest(group_id, self.embed_query(query), k=depth, selection=selection)
         vector_rank: dict[str, int] = {}
         records: dict[str, VectorRecord] = {}
@@ -199,14 +148,15 @@ class Searcher:
 
     @traced("epimem.search", read_attributes, lambda hits: {"hits": len(hits)})
     def search(self, group_id: str, query: SearchQuery) -> list[SearchHit]:
-        query = self.resolve_names(group_id, query, self.policy)
+        self.snapshot(group_id, fresh=True)  # what this request reads: another server's writes included
+        analysis = self.analyse(group_id, query, self.policy)
         depth = max(50, query.k * 8)
-        candidates = self.candidates(group_id, query.query, query, depth=depth)
+        candidates = self.candidates(group_id, query, analysis, depth=depth)
         by_episode: dict[str, list[Candidate]] = defaultdict(list)
         for candidate in candidates:
             by_episode[candidate.episode_id].append(candidate)
         episodes, vectors = self.load_episodes_with_vectors(group_id, list(by_episode))
-        evidence = self.message_evidence(group_id, candidates, query, Loaded(episodes, vectors))
+        evidence = self.message_evidence(group_id, candidates, query, analysis, Loaded(episodes, vectors))
         now = query.reference_time or utc_now()
         hits: list[SearchHit] = []
         for episode_id, items in by_episode.items():
@@ -241,15 +191,25 @@ class Searcher:
             hits = [hit.model_copy(update={"messages": self.source_messages(group_id, hit.episode)}) for hit in hits]
         return hits
 
-    def resolve_names(self, group_id: str, query: Q, policy: ScoringPolicy) -> Q:
-        """The query with speakers' other names read as their ids, when the policy says so."""
-        if not policy.names_to_ids:
-            return query
-        rewritten = with_ids(query.query, self.speaker_names(group_id))
-        return query if rewritten == query.query else query.model_copy(update={"query": rewritten})
+    def analyse(self, group_id: str, query: Query, policy: ScoringPolicy) -> QueryAnalysis:
+        """The query understood once for this request (retrieval.analysis), against the group's speakers
+        and their other names."""
+        return analyse(
+            query,
+            speakers=self.speakers(group_id),
+            names=self.speaker_names(group_id),
+            names_to_ids=policy.names_to_ids,
+            other_names=policy.other_names,
+            strip_names=policy.strip_names,
+        )
 
     def message_evidence(
-        self, group_id: str, candidates: list[Candidate], query: SearchQuery, loaded: Loaded | None = None
+        self,
+        group_id: str,
+        candidates: list[Candidate],
+        query: SearchQuery,
+        analysis: QueryAnalysis,
+        loaded: Loaded | None = None,
     ) -> dict[str, float]:
         """Episode id -> the best message score of the episode (retrieval.scoring: the speakers and
         times the query names, the message's own match, its neighbours'), for the best episodes.
@@ -257,7 +217,7 @@ class Searcher:
         if self.policy.search_evidence <= 0:
             return {}
         plain = query.model_copy(update={"recency_weight": 0.0})  # recency is applied per episode
-        scored = score_messages(self, group_id, candidates, plain, self.policy, loaded)
+        scored = score_messages(self, group_id, candidates, plain, analysis, self.policy, loaded)
         return {item.episode.uuid: max(item.scores) for item in scored if item.scores}
 
     def open_episodes(self, group_id: str) -> dict[str, Episode]:
@@ -390,6 +350,15 @@ class Searcher:
         return found
 
 
+def _speakers(snapshot: GroupSnapshot) -> frozenset[str]:
+    if snapshot.messages is not None:
+        return frozenset(message.speaker.casefold() for message in snapshot.messages.values())
+    message = KIND_CODE[RecordKind.MESSAGE.value]
+    return frozenset(
+        snapshot.producers[p].casefold() for p in np.flatnonzero(snapshot.kinds == message) if snapshot.producers[p]
+    )
+
+
 def _speaker_names(snapshot: GroupSnapshot) -> dict[str, set[str]]:
     """Names learned from the group's messages in time order, merged with those its configuration
     and sessions set."""
@@ -403,38 +372,3 @@ def _speaker_names(snapshot: GroupSnapshot) -> dict[str, set[str]]:
     config = snapshot.config
     metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
     return merge_names(learned, configured_names(metadata))
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """What a request already read for its candidate episodes (by episode id)."""
-
-    episodes: Mapping[str, Episode]
-    vectors: Mapping[str, np.ndarray]
-
-
-def drop_near_duplicates(hits: list[SearchHit], vectors: dict[str, np.ndarray], *, limit: int) -> list[SearchHit]:
-    """Keep hits in order, dropping any whose episode repeats a kept one of the same type: the
-    same text (case and whitespace folded), or an episode vector with cosine >= DUPLICATE_COSINE."""
-    window = hits[: limit * 2]
-    kept: list[SearchHit] = []
-    # Per episode type: a summary is never the duplicate of an episode it compacts.
-    kept_vectors: dict[str, list[np.ndarray]] = defaultdict(list)
-    fingerprints: set[tuple[str, str]] = set()
-    for hit in window:
-        kind = hit.episode.episode_type.value
-        fingerprint = (kind, " ".join(hit.episode.content.lower().split()))
-        if fingerprint in fingerprints:
-            continue
-        vector = vectors.get(hit.episode.uuid)
-        if vector is not None:
-            direction = unit(vector)
-            same_kind = kept_vectors[kind]
-            if same_kind and float(np.max(np.stack(same_kind) @ direction)) >= DUPLICATE_COSINE:
-                continue
-            same_kind.append(direction)
-        fingerprints.add(fingerprint)
-        kept.append(hit)
-        if len(kept) >= limit:
-            break
-    return kept

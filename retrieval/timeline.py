@@ -14,7 +14,7 @@ from dataclasses import replace
 from memory.errors import InvalidInputError
 from memory.store.protocols import VectorReader
 from memory.store.records import EPISODE_KINDS
-from retrieval.search import scope_filter
+from retrieval.scope import scope_filter
 from retrieval.types import Direction, Scope, TimelinePage
 
 

@@ -14,8 +14,8 @@ import pytest
 from fastapi.testclient import TestClient
 from helpers import builders
 
-from api.app import create_app
 from api.facade import Epimem
+from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.receipts import DeletionReceipt

@@ -13,8 +13,8 @@ from helpers.builders import T0, messages
 from helpers.docs_blocks import blocks
 from helpers.paths import DOCS
 
-from api.app import create_app
 from api.facade import Epimem
+from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import GroupConfiguration, SessionInfo

@@ -15,10 +15,10 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from api.app import create_app
 from api.auth import KeyRing
 from api.facade import Epimem
 from api.logs import JsonFormatter
+from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError

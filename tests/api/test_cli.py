@@ -12,7 +12,7 @@ from helpers.processes import clean_env
 from helpers.servers import ServerProcess
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
 runner = CliRunner()

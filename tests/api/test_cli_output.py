@@ -15,7 +15,7 @@ from helpers.paths import BIN
 from helpers.processes import clean_env
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder

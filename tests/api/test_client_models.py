@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from api.app import create_app
+from api.server import create_app
 from api.settings import Settings
 from epimem_client import models
 

@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.app import create_app
 from api.facade import Epimem
+from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION

@@ -145,7 +145,12 @@ def test_the_cli_round_trip(tmp_path: Path, embedder: SentenceTransformerEmbedde
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "api.cli", *args], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False
+            [sys.executable, "-m", "api.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+            check=False,
         )
 
     done = cli("export", "cli", "--output", str(exported), "--data-dir", str(source))

@@ -21,9 +21,9 @@ from helpers.docs_blocks import blocks
 from helpers.paths import DOCS
 from helpers.servers import AppServer
 
-from api.app import create_app
 from api.auth import KeyRing, Role
 from api.facade import Epimem
+from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError

@@ -204,7 +204,7 @@ def test_mcp_is_optional(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "if sys.argv[1] == 'blocked': sys.modules['mcp'] = None\n"
-        "from api.app import create_app\n"
+        "from api.server import create_app\n"
         "from api.settings import Settings\n"
         "app = create_app(settings=Settings(data_dir=sys.argv[2]))\n"
         "print([type(r.endpoint).__name__ for r in app.router.routes if getattr(r, 'path', '') == '/mcp'])\n"

@@ -197,7 +197,7 @@ def test_mcp_without_the_extra_answers_501_naming_it(tmp_path: Path) -> None:
         "import sys\n"
         "sys.modules['mcp'] = None\n"
         "from fastapi.testclient import TestClient\n"
-        "from api.app import create_app\n"
+        "from api.server import create_app\n"
         "from api.settings import Settings\n"
         "client = TestClient(create_app(settings=Settings(data_dir=sys.argv[1])))\n"
         "for response in (client.get('/mcp'), client.post('/mcp', json={})):\n"

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from api.app import create_app
 from api.facade import Epimem
+from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 

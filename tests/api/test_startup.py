@@ -22,9 +22,9 @@ from helpers.processes import clean_env, epimem
 from helpers.servers import ServerProcess, free_port
 from typer.testing import CliRunner
 
-from api.app import create_app
-from api.cli import app
+from api.cli.main import app
 from api.facade import Epimem
+from api.server import create_app
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.embedding.lazy import LazyEmbedder
 from memory.store.folder_lock import FolderLockedError
@@ -139,7 +139,9 @@ def test_commands_that_need_no_model_do_not_load_it(tmp_path: Path, embedder: Se
 
     def floor() -> float:  # interpreter start and the CLI's imports alone, on this machine now
         started = time.monotonic()
-        imports = "import api.entry; api.entry._skip_slow_optional_imports(); import api.cli"  # as `epimem` does
+        imports = (
+            "import api.cli.entry; api.cli.entry._skip_slow_optional_imports(); import api.cli.main"  # as `epimem` does
+        )
         imported = subprocess.run([sys.executable, "-c", imports], env=clean_env(), capture_output=True)
         assert imported.returncode == 0
         return time.monotonic() - started
@@ -164,7 +166,7 @@ def test_commands_that_need_no_model_import_neither_model_nor_web_server(tmp_pat
     """What makes ``stats`` fast: torch, sentence-transformers and uvicorn are never imported."""
     probe = (
         "import sys\n"
-        "from api.entry import main\n"
+        "from api.cli.entry import main\n"
         f"sys.argv = ['epimem', 'stats', '--data-dir', {str(tmp_path / 'data')!r}]\n"
         "try:\n    main()\nexcept SystemExit as done:\n    assert not done.code, done.code\n"
         "print(sorted(m for m in ('torch', 'sentence_transformers', 'uvicorn', 'arrow') if m in sys.modules))\n"

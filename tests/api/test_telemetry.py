@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from api.app import create_app
 from api.facade import Epimem
+from api.http.telemetry import scrub_url, setup_tracing, tracing_requested
+from api.server import create_app
 from api.settings import Settings
-from api.telemetry import scrub_url, setup_tracing, tracing_requested
 from memory import tracing
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
@@ -153,7 +153,7 @@ def test_without_the_extra_the_app_is_unchanged(tmp_path: Path) -> None:
     code = (
         "import sys\n"
         "sys.modules[sys.argv[2]] = None\n"
-        "from api.app import create_app\n"
+        "from api.server import create_app\n"
         "from memory import tracing\n"
         "from api.settings import Settings\n"
         "app = create_app(settings=Settings(data_dir=sys.argv[1]))\n"

@@ -72,7 +72,7 @@ def base_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_command_line_without_the_server_says_what_to_install(base_site: Path) -> None:
-    code = "import sys\nsys.argv = ['epimem', 'serve']\nfrom api.entry import main\nmain()\n"
+    code = "import sys\nsys.argv = ['epimem', 'serve']\nfrom api.cli.entry import main\nmain()\n"
     result = run(code, python_path=[base_site, ROOT], isolated=True)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
@@ -81,7 +81,7 @@ def test_command_line_without_the_server_says_what_to_install(base_site: Path) -
 
 
 def test_command_line_with_the_server_runs_typer() -> None:
-    code = "import sys\nsys.argv = ['epimem', '--help']\nfrom api.entry import main\nmain()\n"
+    code = "import sys\nsys.argv = ['epimem', '--help']\nfrom api.cli.entry import main\nmain()\n"
     result = run(code)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "mcp" in result.stdout and "serve" in result.stdout

@@ -14,9 +14,9 @@ from helpers.servers import AppServer
 from mcp import Client
 from typer.testing import CliRunner
 
-from api.cli import app
+from api.cli.main import app
 from api.facade import Epimem
-from api.mcp_server import build_server
+from api.mcp.server import build_server
 from api.settings import Settings
 from epimem_client import AsyncEpimemClient, EpimemClient, NotFoundError
 from memory.embedding.embedder import SentenceTransformerEmbedder

@@ -79,7 +79,7 @@ class InProcessServer:
     def __init__(self, service: Any) -> None:
         import uvicorn
 
-        from api.app import create_app
+        from api.server import create_app
 
         self.port = free_port()
         config = uvicorn.Config(create_app(service=service), host="127.0.0.1", port=self.port, log_level="warning")

@@ -88,7 +88,7 @@ class Cluster:
             env.update(EPIMEM_CHROMA_HOST="127.0.0.1", EPIMEM_CHROMA_PORT=str(port))
         for index in range(self.servers):
             port = free_port()
-            command = [sys.executable, "-m", "uvicorn", "--factory", "api.app:serve_app", "--host", "127.0.0.1"]
+            command = [sys.executable, "-m", "uvicorn", "--factory", "api.server:serve_app", "--host", "127.0.0.1"]
             command += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
             self._spawn(command, {**env, "EPIMEM_NODE_ID": f"node{index}"}, f"epimem-{index}.log")
             self.urls.append(f"http://127.0.0.1:{port}")

@@ -104,10 +104,10 @@ class MemoSearcher(Searcher):
     def embed_query(self, query: str) -> Any:
         return self._kept(("embed", query), lambda: super(MemoSearcher, self).embed_query(query))
 
-    def candidates(self, group_id: str, query: str, scope: Any, *, depth: int) -> Any:
+    def candidates(self, group_id: str, scope: Any, analysis: Any, *, depth: int) -> Any:
         return self._kept(
-            ("candidates", group_id, query, depth),
-            lambda: super(MemoSearcher, self).candidates(group_id, query, scope, depth=depth),
+            ("candidates", group_id, analysis.text, depth),
+            lambda: super(MemoSearcher, self).candidates(group_id, scope, analysis, depth=depth),
         )
 
     def load_episodes(self, group_id: str, episode_ids: list[str]) -> Any:

@@ -36,10 +36,10 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from api.app import create_app  # noqa: E402
 from api.facade import Epimem  # noqa: E402
+from api.http.telemetry import setup_tracing  # noqa: E402
+from api.server import create_app  # noqa: E402
 from api.settings import Settings  # noqa: E402
-from api.telemetry import setup_tracing  # noqa: E402
 from memory import tracing  # noqa: E402
 
 TOPICS = ["hiking at Lake Tahoe", "a new puppy called Rex", "pottery classes", "a job interview", "a trip to Lisbon"]

@@ -1,5 +1,5 @@
 """Real servers for the tests, on free ports of 127.0.0.1: the epimem app on uvicorn in a thread, epimem as a
-process (`epimem serve`, `uvicorn --factory api.app:serve_app`), and `chroma run`."""
+process (`epimem serve`, `uvicorn --factory api.server:serve_app`), and `chroma run`."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from api.app import create_app
 from api.facade import Epimem
+from api.server import create_app
 from api.settings import Settings
 from helpers.paths import BIN, ROOT
 
@@ -109,9 +109,9 @@ class ServerProcess(_StartedInWith):
 
     @classmethod
     def uvicorn(cls, env: Mapping[str, str], *, port: int | None = None, log: Path | None = None) -> ServerProcess:
-        """``uvicorn --factory api.app:serve_app`` (what ``epimem serve --workers N`` runs)."""
+        """``uvicorn --factory api.server:serve_app`` (what ``epimem serve --workers N`` runs)."""
         port = port or free_port()
-        command = [sys.executable, "-m", "uvicorn", "--factory", "api.app:serve_app", "--host", "127.0.0.1"]
+        command = [sys.executable, "-m", "uvicorn", "--factory", "api.server:serve_app", "--host", "127.0.0.1"]
         command += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
         return cls(command, port=port, env=env, log=log)
 

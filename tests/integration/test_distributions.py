@@ -66,7 +66,7 @@ def test_the_server_wheel_is_epimem_server_and_ships_the_client(wheels: dict[str
     assert _top_level(wheel) == {"api", "memory", "retrieval", "epimem_client"}
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    assert {"api/ui/index.html", "epimem_client/client.py", "epimem_client/py.typed"} <= names
+    assert {"api/explorer/ui/index.html", "epimem_client/client.py", "epimem_client/py.typed"} <= names
 
 
 def test_the_client_installs_alone_and_imports_nothing_generic(

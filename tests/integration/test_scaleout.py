@@ -1,7 +1,7 @@
 """Scale-out: two epimem servers on one Chroma server, the load test spread across both.
 
 Runs tests/benchmarks/load.py in its short form; the script starts `chroma run` and two
-`uvicorn api.app:serve_app` processes on 127.0.0.1, sends the mix to both at random, then
+`uvicorn api.server:serve_app` processes on 127.0.0.1, sends the mix to both at random, then
 flushes and checks every acknowledged message through the API.
 """
 

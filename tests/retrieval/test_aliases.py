@@ -12,7 +12,7 @@ from helpers.docs_blocks import blocks
 from helpers.paths import DOCS
 
 from api.facade import Epimem
-from api.schemas import GroupConfigurationIn
+from api.http.schemas import GroupConfigurationIn
 from memory.errors import InvalidInputError
 from memory.ingest.importers import normalise_realtalk_evidence, read_realtalk
 from memory.models import GroupConfiguration, SessionInfo

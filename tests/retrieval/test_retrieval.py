@@ -179,8 +179,9 @@ def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
     vector = unit(searcher.embed_query(query))
     keyword = searcher.keyword_scores(group_id, query)[1]
     plain = ContextQuery(query=query)
-    own = row_scores(rows, vector, keyword, plain, ScoringPolicy(episode_centroid=0.0), set())
-    blended = row_scores(rows, vector, keyword, plain, ScoringPolicy(episode_centroid=0.5), set())
+    analysis = searcher.analyse(group_id, plain, ScoringPolicy())
+    own = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.0))
+    blended = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.5))
     gain = blended - own
     # every turn takes its episode's better cosine (episode_share 0.8 of a gain over 0.05), and only that changes
     assert len(rows) == 12 and gain.min() > 0.8 * 0.05
@@ -204,18 +205,19 @@ def test_a_question_naming_the_wrong_person_can_still_reach_what_the_other_said(
     vector = unit(searcher.embed_query(query))
     keyword = searcher.keyword_scores(group_id, query)[1]
     plain = ContextQuery(query=query)
-    named = {"ana"}
+    analysis = searcher.analyse(group_id, plain, ScoringPolicy())
+    assert analysis.named == {"ana"}
     speakers = [str(s).casefold() for s in rows.speakers]
     assert speakers == ["ben", "ana", "ben", "ana"]
     bonus = ScoringPolicy().speaker_bonus
-    before = row_scores(rows, vector, keyword, plain, ScoringPolicy(), named)
-    without = row_scores(rows, vector, keyword, plain, ScoringPolicy(speaker_bonus=0.0), named)
+    before = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy())
+    without = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_bonus=0.0))
     assert list(before - without) == pytest.approx([0.0, bonus, 0.0, bonus])  # the prior: Ana's turns only
     assert int(without.argmax()) == 0  # yet Ben's turn is the one that matches
     # admitted: the best match before the prior gets it too, whoever said it; nothing else changes
-    admitted = row_scores(rows, vector, keyword, plain, ScoringPolicy(speaker_admit=1), named)
+    admitted = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_admit=1))
     assert list(admitted - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
     assert int(admitted.argmax()) == 0
     # a share of the prior for the speakers the question does not name
-    shared = row_scores(rows, vector, keyword, plain, ScoringPolicy(other_speaker_share=0.5), named)
+    shared = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(other_speaker_share=0.5))
     assert list(shared - before) == pytest.approx([bonus / 2, 0.0, bonus / 2, 0.0])

@@ -10,7 +10,7 @@ import { GENERATED, schemaSource } from "./schema.mjs";
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 const PRINT_SCHEMA = [
   "import json",
-  "from api.app import create_app",
+  "from api.server import create_app",
   "from api.settings import Settings",
   "print(json.dumps(create_app(settings=Settings(api_keys_file=None)).openapi()))",
 ].join("\n");

@@ -43,12 +43,12 @@ def main() -> None:
     args = sys.argv[1:]
     missing = missing_server_modules()
     if args[:1] == ["mcp"] and missing:
-        from api.mcp_server import main as mcp_main
+        from api.mcp.server import main as mcp_main
 
         raise SystemExit(mcp_main(args[1:]))
     if missing:
         print(f"{HINT} (missing: {', '.join(missing)})", file=sys.stderr)
         raise SystemExit(1)
-    from api.cli import app
+    from api.cli.main import app
 
     app()

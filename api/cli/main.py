@@ -18,7 +18,7 @@ import typer
 import typer.core
 from rich.table import Table
 
-from api.cli_common import (
+from api.cli.common import (
     AsJson,
     DataDir,
     Session,
@@ -31,9 +31,13 @@ from api.cli_common import (
     settings_for,
     short,
 )
-from api.cli_files import note_when_empty
+from api.cli.erase import register as register_erase
+from api.cli.files import note_when_empty
+from api.cli.imports import register as register_import
+from api.cli.mcp import register as register_mcp
+from api.cli.segment import register as register_segment
+from api.cli.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
 from api.settings import Settings
-from api.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
 from retrieval.types import ContextQuery, Direction, Order, SearchQuery
 
 app = typer.Typer(
@@ -100,8 +104,8 @@ def serve(
 def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int, workers: int, log_level: str) -> None:
     import uvicorn
 
-    from api.app import create_app
     from api.logs import configure_logging
+    from api.server import create_app
 
     configure_logging(log_level.upper())
     announce = banner(host, port, str(settings.chroma_host or settings.data_dir))
@@ -112,7 +116,9 @@ def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int
     # Worker processes build their own app from the environment.
     os.environ["EPIMEM_DATA_DIR"] = str(settings.data_dir)
     announce()
-    uvicorn.run("api.app:serve_app", factory=True, fd=sock.fileno(), workers=workers, log_config=None, access_log=False)
+    uvicorn.run(
+        "api.server:serve_app", factory=True, fd=sock.fileno(), workers=workers, log_config=None, access_log=False
+    )
 
 
 @app.command()
@@ -301,22 +307,5 @@ def reembed(
         )
 
 
-from api.cli_import import register as _register_import  # noqa: E402
-
-_register_import(app)
-
-from api.cli_mcp import register as _register_mcp  # noqa: E402
-
-_register_mcp(app)
-
-from api.cli_erase import register as _register_erase  # noqa: E402
-
-_register_erase(app)
-
-from api.cli_segment import register as _register_segment  # noqa: E402
-
-_register_segment(app)
-
-
-if __name__ == "__main__":
-    app()
+for _register in (register_import, register_mcp, register_erase, register_segment):
+    _register(app)

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from api.cli_common import fail
+from api.cli.common import fail
 from api.composition import lazy_embedder, segmentation_policy
 from api.settings import Settings
 from memory.episodes.segmentation import GapDecision, decide_gaps

@@ -1,4 +1,4 @@
-"""``epimem mcp``: the MCP server over stdio (see ``api.mcp_server``)."""
+"""``epimem mcp``: the MCP server over stdio (see ``api.mcp.server``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def mcp(
     group: Annotated[str | None, typer.Option("--group", "-g", help="default group when a tool names none")] = None,
 ) -> None:
     """Serve epimem's memory tools to an MCP client (desktop or IDE agent) over stdio."""
-    from api.mcp_server import main
+    from api.mcp.server import main
 
     argv = [f"--{name}={value}" for name, value in (("data-dir", data_dir), ("url", url), ("group", group)) if value]
     if api_key:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from api.cli_common import fail
+from api.cli.common import fail
 from memory.errors import EpimemError
 from memory.store.erasure import erase_folder
 from memory.store.folder_lock import LOCK_NAME, lock_folder, release_folder

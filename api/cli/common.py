@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from api.cli.startup import StartupError, check_data_dir
 from api.facade import Epimem
 from api.settings import Settings
-from api.startup import StartupError, check_data_dir
 from memory.embedding.lazy import LazyEmbedder
 from memory.errors import EpimemError
 

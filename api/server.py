@@ -4,7 +4,7 @@ The service is built in the lifespan from settings (or the one passed in, which 
 kept on ``app.state``; routes reach it through ``Annotated`` dependencies. Interrupted episode
 formation is finished in the background at startup.
 
-    uvicorn --factory api.app:create_app      # or: epimem serve
+    uvicorn --factory api.server:create_app      # or: epimem serve
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from api.auth import KeyRing
-from api.error_handling import install_error_handlers
-from api.explorer import explorer, mount_ui
+from api.explorer.routes import explorer, mount_ui
 from api.facade import Epimem
-from api.home import home
-from api.mcp_http import mount_mcp
-from api.metrics import Metrics
-from api.middleware import RequestMiddleware
-from api.routes import ops, v1
+from api.http.error_handling import install_error_handlers
+from api.http.home import home
+from api.http.metrics import Metrics
+from api.http.middleware import RequestMiddleware
+from api.http.routes import ops, v1
+from api.http.telemetry import setup_tracing
+from api.mcp.http import mount_mcp
 from api.settings import Settings
-from api.telemetry import setup_tracing
 from memory.errors import EpimemError
 
 log = logging.getLogger("epimem.api")

@@ -1,8 +1,8 @@
 """One pure-ASGI middleware for what every request (on every path: /v1, /mcp, /ui, ...) needs: a
 request id (``X-Request-ID`` in and out, also on a 500, and on its log line), the guards of
-api.guards (local mode: loopback client, ``Host`` and ``Origin``; body content types; the API key
+api.http.guards (local mode: loopback client, ``Host`` and ``Origin``; body content types; the API key
 checked before the body is read), the body size limit, the
-headers of api.security_headers (no framing; the explorer's content policy), metrics per route template and one
+headers of api.http.security_headers (no framing; the explorer's content policy), metrics per route template and one
 structured access-log line."""
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import KeyRing
-from api.error_handling import error_response
 from api.errors import PayloadTooLargeError
-from api.guards import refusal
+from api.http.error_handling import error_response
+from api.http.guards import refusal
+from api.http.metrics import Metrics
+from api.http.security_headers import add_security_headers
 from api.logs import request_id_from, request_id_var
-from api.metrics import Metrics
-from api.security_headers import add_security_headers
 
 access_log = logging.getLogger("epimem.access")
 log = logging.getLogger("epimem.api")

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from api.cli_common import AsJson, DataDir, open_service, out, print_json, progress
-from api.cli_files import check_messages_file, file_kind
+from api.cli.common import AsJson, DataDir, open_service, out, print_json, progress
+from api.cli.files import check_messages_file, file_kind
 from api.facade import Epimem
 from memory.errors import EpimemError
 from memory.ingest.importers import read_jsonl, read_locomo

@@ -1,7 +1,7 @@
-"""What every request must satisfy before its body is read (checked by api.middleware on every path).
+"""What every request must satisfy before its body is read (checked by api.http.middleware on every path).
 
 - **Local mode** (no API keys configured): the service answers only this machine. The client must
-  connect from a loopback address (so ``uvicorn --factory api.app:create_app --host 0.0.0.0`` does
+  connect from a loopback address (so ``uvicorn --factory api.server:create_app --host 0.0.0.0`` does
   not serve the network), the ``Host`` header must be a loopback name (a DNS-rebinding page's host
   is not), and an ``Origin`` header, which browsers send on cross-origin requests, must be a
   loopback origin: a web page of another site cannot read or write a local epimem.
@@ -23,8 +23,8 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from api.auth import KeyRing
-from api.error_handling import error_response
 from api.errors import UnauthorizedError
+from api.http.error_handling import error_response
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

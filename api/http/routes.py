@@ -18,11 +18,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
-from api.error_handling import error_responses
 from api.facade import Epimem
-from api.limits import check_batch
-from api.params import EpisodeIdPath, GroupId, MessageIdPath, SessionId, SessionIdQuery
-from api.schemas import (
+from api.http.error_handling import error_responses
+from api.http.params import EpisodeIdPath, GroupId, MessageIdPath, SessionId, SessionIdQuery
+from api.http.schemas import (
     EpisodeOut,
     EpisodesOut,
     GroupConfigurationIn,
@@ -35,6 +34,7 @@ from api.schemas import (
     SessionsOut,
     SummariesIn,
 )
+from api.limits import check_batch
 from api.settings import Settings
 from memory.errors import InvalidInputError, NotFoundError, StoreUnavailableError
 from memory.models import GroupConfiguration, SessionInfo, UtcDatetime

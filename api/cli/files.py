@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from api.cli_common import err
+from api.cli.common import err
 from api.facade import Epimem
 from memory.errors import InvalidInputError
 

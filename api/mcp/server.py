@@ -1,5 +1,5 @@
 """epimem as an MCP server (the official ``mcp`` SDK, 2.x): the same seven tools over stdio
-(``epimem mcp``) and over streamable HTTP (mounted at ``/mcp`` by ``api.mcp_http``).
+(``epimem mcp``) and over streamable HTTP (mounted at ``/mcp`` by ``api.mcp.http``).
 
 The tools call a *backend* with the facade's method names: the in-process ``Epimem`` (a data
 folder) or an ``EpimemClient`` (a running epimem, ``--url``). A ``guard`` sees every call with the

@@ -18,8 +18,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from api.auth import KeyRing, Role
-from api.error_handling import error_response
 from api.errors import UnauthorizedError
+from api.http.error_handling import error_response
 
 log = logging.getLogger("epimem.mcp")
 MCP_PATH = "/mcp"
@@ -93,7 +93,7 @@ def mount_mcp(app: FastAPI) -> bool:
         return False
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from api.mcp_server import build_server
+    from api.mcp.server import build_server
 
     keys: KeyRing = app.state.keys
     server = build_server(lambda: app.state.service, guard=_key_guard(keys), limits=app.state.settings)

@@ -1,7 +1,7 @@
 """Read-only routes the browser explorer (``/ui``) needs, on the public ``/v1`` API like every
 other client: who the caller is, the groups its key can read, per-session counts, and a time
 histogram of a group's episodes so a timeline can draw a real time axis without loading the
-whole group. The explorer's static files are served from ``api/ui`` at ``/ui``.
+whole group. The explorer's static files are served from ``api/explorer/ui`` at ``/ui``.
 
 Group isolation holds as everywhere: a key only ever sees (and counts) the groups it covers.
 """
@@ -16,9 +16,9 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.staticfiles import StaticFiles
 
 from api.auth import Principal
-from api.error_handling import error_responses
-from api.params import GroupId, SessionIdQuery
-from api.routes import READ, ServiceDep
+from api.http.error_handling import error_responses
+from api.http.params import GroupId, SessionIdQuery
+from api.http.routes import READ, ServiceDep
 from memory.errors import InvalidInputError
 from memory.models import UtcDatetime
 from retrieval.overview import GroupStats, Histogram, SessionStats

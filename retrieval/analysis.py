@@ -1,0 +1,61 @@
+"""The query understood once per request: who it names, the text to match without those names, the
+time window its scope asks for and the times the query mentions. Search and context both take this
+one value; nothing below them reads the query's words again.
+
+- **names**: a speaker is named by id or by another name of theirs ("What are Kate's hobbies?" names
+  ``emi`` whom the others call Kate: retrieval.names); with ``names_to_ids`` those other names are
+  first rewritten to the ids (``text``);
+- **match text**: the query without the names of the speakers it names (``strip_names``): a person's
+  own messages rarely say their name, the speaker bonus finds them;
+- **window**: the scope's absolute bounds intersected with the words of its ``time`` (retrieval.scope);
+- **mentions**: times named inside the query ("... in June?", "... last week?", read against the
+  reference time and timezone: retrieval.timewindow), which raise the messages from then.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from retrieval.names import named_in, with_ids, without_names
+from retrieval.scope import resolve_window
+from retrieval.timewindow import TimeMention, TimeWindow, time_mentions
+from retrieval.types import ContextQuery, SearchQuery
+
+Query = ContextQuery | SearchQuery
+
+_ASKS_WHEN = re.compile(r"^\s*(?:when|what (?:date|day|time|year|month))\b|\bhow long ago\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueryAnalysis:
+    text: str  # the query as ranked (other names read as ids where the policy says so)
+    named: frozenset[str]  # the speakers (casefolded ids) it names
+    match_text: str  # the text its words are matched with: ``text`` without the names of ``named``
+    window: TimeWindow  # the scope's time window
+    mentions: tuple[TimeMention, ...]  # the times the query mentions
+    asks_when: bool  # "When ...?", "What date ...?", "how long ago"
+
+
+def analyse(
+    query: Query,
+    *,
+    speakers: Iterable[str],
+    names: Mapping[str, set[str]],
+    names_to_ids: bool = False,
+    other_names: bool = True,
+    strip_names: bool = True,
+) -> QueryAnalysis:
+    """``speakers``: the group's speakers (casefolded ids); ``names``: their other names (retrieval.names)."""
+    text = with_ids(query.query, names) if names_to_ids else query.query
+    known = names if other_names else None
+    named = named_in(text, speakers, known)
+    return QueryAnalysis(
+        text=text,
+        named=frozenset(named),
+        match_text=without_names(text, named, known or {}) if strip_names else text,
+        window=resolve_window(query),
+        mentions=tuple(time_mentions(text, reference=query.reference_time, timezone=query.timezone)),
+        asks_when=bool(_ASKS_WHEN.search(text)),
+    )
