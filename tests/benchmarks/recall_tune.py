@@ -72,8 +72,11 @@ VARIANTS: dict[str, PackingPolicy] = {
     "admit 1": replace(BASE, speaker_admit=1),
     "admit 3": replace(BASE, speaker_admit=3),
     "admit 10": replace(BASE, speaker_admit=10),
+    "admit 30": replace(BASE, speaker_admit=30),
     "other speaker 0.25": replace(BASE, other_speaker_share=0.25),
     "other speaker 0.5": replace(BASE, other_speaker_share=0.5),
+    "other speaker 0.75": replace(BASE, other_speaker_share=0.75),
+    "no speaker prior": replace(BASE, speaker_bonus=0.0),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
@@ -186,7 +189,11 @@ def run(services: dict[str, Any], datasets: dict[str, list[Sample]], variants: d
 
 
 def print_loo(
-    services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy] | None = None
+    services: dict[str, Any],
+    datasets: dict[str, list[Sample]],
+    variants: dict[str, PackingPolicy] | None = None,
+    *,
+    search: bool = True,
 ) -> dict[str, Any]:
     outcome = run(services, datasets, variants or VARIANTS)
     results, held = outcome["results"], outcome["held"]
@@ -212,7 +219,8 @@ def print_loo(
                 samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end))
             )
         )
-    search_table(datasets, outcome["memos"])
+    if search:
+        search_table(datasets, outcome["memos"])
     return outcome
 
 
@@ -262,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--datasets", default="locomo,realtalk")
     parser.add_argument("--quick", action="store_true", help="the short datasets of recall.py --quick")
     parser.add_argument("--search-only", action="store_true", help="only the search table (SEARCH_VARIANTS)")
+    parser.add_argument("--no-search", action="store_true", help="leave the search table out")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
@@ -278,7 +287,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.search_only:
             search_table(datasets, {dataset: MemoSearcher(service) for dataset, service in services.items()})
             return
-        print_loo(services, datasets, {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS})
+        print_loo(
+            services,
+            datasets,
+            {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS},
+            search=not args.no_search,
+        )
     finally:
         for service in opened.values():
             service.close()
