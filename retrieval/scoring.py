@@ -66,6 +66,7 @@ class ScoringPolicy:
     # Melanie ran it) still finds where it was really said.
     speaker_admit: int = 0
     other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
+    speaker_cap: bool = False  # the bonus also for a message that outscores every message of the named speakers
 
 
 class RowSource(Protocol):
@@ -193,11 +194,15 @@ def row_scores(
 def _speaker_prior(
     rows: MessageRows, scores: np.ndarray, query: Query, analysis: QueryAnalysis, policy: ScoringPolicy
 ) -> np.ndarray:
-    """1 for the named speakers' messages and for the ``speaker_admit`` best-scored messages in scope,
-    ``other_speaker_share`` for the rest."""
-    prior = np.where(np.isin(rows.speakers, list(analysis.named)), 1.0, policy.other_speaker_share)
+    """1 for the named speakers' messages, for the ``speaker_admit`` best-scored messages in scope and
+    (``speaker_cap``) for those that outscore every named speaker's message; ``other_speaker_share`` for the rest."""
+    mine = np.isin(rows.speakers, list(analysis.named))
+    prior = np.where(mine, 1.0, policy.other_speaker_share)
+    ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
+    if policy.speaker_cap:
+        best_named = float(ranked[mine].max()) if mine.any() else -np.inf
+        prior[np.isfinite(ranked) & (ranked > best_named)] = 1.0
     if policy.speaker_admit > 0:
-        ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
         best = np.argsort(-ranked, kind="stable")[: policy.speaker_admit]
         prior[best[np.isfinite(ranked[best])]] = 1.0
     return prior

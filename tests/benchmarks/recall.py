@@ -55,6 +55,7 @@ CATEGORIES = {"locomo": (1, 2, 3, 4, 5), "realtalk": (1, 2, 3)}
 HEADLINE = {"locomo": (1, 2, 3, 4), "realtalk": (1, 2, 3)}
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 QUICK_SESSIONS = 4
+QUICK_MESSAGES = 160  # and no more messages than this (chat 5's first four sessions hold 412)
 CHAT_PER_CALL = 2
 MODES = ("flushed", "chat")
 
@@ -82,9 +83,13 @@ def load_dataset(name: str, *, quick: bool = False) -> list[Sample]:
         samples = load_locomo(LOCOMO, ["conv-30"] if quick else None)
     elif name == "realtalk":
         samples = load_realtalk(REALTALK)
-        if quick:  # the first chat of each circle of friends
-            firsts = {people[0] for people in circles(samples).values()}
-            samples = [s for s in samples if s.sample_id in firsts]
+        if quick:  # one chat of each circle of friends: the one whose short form holds the most questions
+            by_id = {s.sample_id: s for s in samples}
+            chosen = {
+                max(ids, key=lambda i: len(scored_questions(cut(by_id[i], QUICK_SESSIONS))))
+                for ids in circles(samples).values()
+            }
+            samples = [s for s in samples if s.sample_id in chosen]
     else:
         raise ValueError(f"unknown dataset {name!r}: locomo or realtalk")
     return [cut(sample, QUICK_SESSIONS) for sample in samples] if quick else samples
@@ -107,9 +112,14 @@ def circles(samples: Sequence[Sample]) -> dict[str, list[str]]:
     }
 
 
-def cut(sample: Sample, sessions: int) -> Sample:
-    """The first sessions of a conversation, with the questions whose evidence lies in them."""
-    kept = list(sample.locomo.sessions)[:sessions]
+def cut(sample: Sample, sessions: int, messages: int = QUICK_MESSAGES) -> Sample:
+    """The first sessions of a conversation (at most ``sessions``, and no more than ``messages`` messages
+    once the first is in), with the questions whose evidence lies in them."""
+    kept: list[str] = []
+    for name in list(sample.locomo.sessions)[:sessions]:
+        if kept and sum(len(sample.locomo.sessions[k]) for k in kept) + len(sample.locomo.sessions[name]) > messages:
+            break
+        kept.append(name)
     ids = {m.id for name in kept for m in sample.locomo.sessions[name]}
     parsed = replace(
         sample.locomo,

@@ -77,6 +77,8 @@ VARIANTS: dict[str, PackingPolicy] = {
     "other speaker 0.5": replace(BASE, other_speaker_share=0.5),
     "other speaker 0.75": replace(BASE, other_speaker_share=0.75),
     "no speaker prior": replace(BASE, speaker_bonus=0.0),
+    "prior cap": replace(BASE, speaker_cap=True),
+    "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_admit=1),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
