@@ -3,15 +3,17 @@
 Key file (``EPIMEM_API_KEYS_FILE``)::
 
     {"keys": [{"key": "…", "groups": ["team-a", "proj-*"], "role": "read" | "write" | "admin",
-               "expires": "2027-01-01T00:00:00Z"}]}
+               "expires": "2027-01-01T00:00:00Z", "name": "support-bot"}]}
 
 A group pattern is an exact group id, or a prefix followed by ``*`` (``*`` alone = every group).
 Roles are ordered: admin can do what write can, write what read can. ``expires`` (optional, ISO
-time; naive = UTC): from then on the key is refused with 401. Unknown fields and a secret listed
-twice make the file invalid (the service does not start), and so does a file with no usable key
-(an empty list, or every key expired): it never means local mode. Server-wide routes (``/metrics``) need an
-admin key for ``*``. With no key file the service runs in local mode: no keys checked, and
-api.http.middleware serves only loopback clients, loopback ``Host`` names and loopback (or no) ``Origin``.
+time; naive = UTC): from then on the key is refused with 401. ``name`` (optional) is how the
+changes made with the key are signed in revisions and the audit trail (``ApiKey.actor``).
+Unknown fields and a secret listed twice make the file invalid (the service does not start), and so
+does a file with no usable key (an empty list, or every key expired): it never means local mode.
+Server-wide routes (``/metrics``) need an admin key for ``*``. With no key file the service runs in
+local mode: no keys checked, and api.http.middleware serves only loopback clients, loopback
+``Host`` names and loopback (or no) ``Origin``.
 
 Authorization is checked before anything touches the store, from the raw path, so a 403 looks the
 same whether or not the group exists. Keys are compared with ``hmac.compare_digest`` and never logged.
@@ -19,6 +21,7 @@ same whether or not the group exists. Keys are compared with ``hmac.compare_dige
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from collections.abc import Mapping
@@ -46,6 +49,13 @@ class KeyEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     key: str = Field(min_length=16, description="the secret; at least 16 characters")
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[^\x00-\x1f\x7f]+$",
+        description="who the key is, as the audit trail and revisions name it (default: an id derived from the key)",
+    )
     groups: list[str] = Field(min_length=1)
     role: str
     expires: UtcDatetime | None = Field(default=None, description="refused from this time on (ISO; naive = UTC)")
@@ -88,6 +98,13 @@ class ApiKey:
     groups: tuple[str, ...]
     role: Role
     expires: datetime | None = None
+    name: str | None = None
+
+    @property
+    def actor(self) -> str:
+        """How changes made with this key are signed (revisions, the audit trail): its name, else an id
+        derived from the secret by a one-way hash (never the secret)."""
+        return self.name or f"key-{hashlib.sha256(self.secret).hexdigest()[:12]}"
 
     @property
     def every_group(self) -> bool:
@@ -105,6 +122,13 @@ class Principal:
     """Who is calling; ``None`` key = local mode."""
 
     key: ApiKey | None
+
+    @property
+    def actor(self) -> str:
+        return self.key.actor if self.key is not None else LOCAL_ACTOR
+
+
+LOCAL_ACTOR = "local"  # who changes memory in local mode (no keys)
 
 
 class KeyRing:
@@ -129,7 +153,9 @@ class KeyRing:
                 f"the API key file {path} holds no usable key ({why}): add a key, "
                 "or unset EPIMEM_API_KEYS_FILE to run in local mode (this machine only)"
             )
-        return cls([ApiKey(e.key.encode(), tuple(e.groups), Role[e.role.upper()], e.expires) for e in parsed.keys])
+        return cls(
+            [ApiKey(e.key.encode(), tuple(e.groups), Role[e.role.upper()], e.expires, e.name) for e in parsed.keys]
+        )
 
     @property
     def enabled(self) -> bool:

@@ -19,6 +19,7 @@ from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoord
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
+from memory.lifecycle.editing import Editor
 from memory.lifecycle.reembed import Reembedder
 from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.transfer import Transfer
@@ -100,6 +101,14 @@ def _build(
         ingestor=ingestor,
         summariser=summariser,
         deleter=Deleter(
+            log=store.log,
+            vectors=store.vectors,
+            admin=store.admin,
+            embedder=embedder,
+            generator=generator,
+            summariser=summariser,
+        ),
+        editor=Editor(
             log=store.log,
             vectors=store.vectors,
             admin=store.admin,

@@ -11,16 +11,19 @@ Each method checks its arguments (ids, reserved names, ranges) and hands over to
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from api.composition import build_service
+from api.corrections import Corrections
 from api.settings import Settings
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
 from memory.ingest.importers import LocomoSample
+from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
@@ -29,6 +32,7 @@ from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
 from retrieval.context import ContextBuilder
+from retrieval.filters import passing_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
 from retrieval.search import Searcher
 from retrieval.timeline import timeline as read_timeline
@@ -56,7 +60,7 @@ def _session_scope(group_id: str, session_id: str | None) -> None:
     _scope_ids(group_id, *([session_id] if session_id is not None else []))
 
 
-class Epimem:
+class Epimem(Corrections):
     """Everything epimem does, in process. Thread-safe."""
 
     def __init__(
@@ -96,23 +100,32 @@ class Epimem:
 
     # -- write ---------------------------------------------------------------------------------
 
-    def add_messages(self, group_id: str, session_id: str, messages: Iterable[MessageInput]) -> AddReceipt:
+    def add_messages(
+        self, group_id: str, session_id: str, messages: Iterable[MessageInput], *, actor: str = LOCAL_ACTOR
+    ) -> AddReceipt:
         """Store messages durably (idempotent by id); episodes form in the background once enough
         messages are pending, or on ``flush``."""
         _scope_ids(group_id, session_id)
         _not_reserved(session_id)
         parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
-        return self.memory.add_messages(group_id, session_id, parsed)
+        return self.memory.add_messages(group_id, session_id, parsed, actor=actor)
 
-    def flush(self, group_id: str, session_id: str, *, reason: BoundaryReason = BoundaryReason.FLUSH) -> list[Episode]:
+    def flush(
+        self,
+        group_id: str,
+        session_id: str,
+        *,
+        reason: BoundaryReason = BoundaryReason.FLUSH,
+        actor: str = LOCAL_ACTOR,
+    ) -> list[Episode]:
         """Returns once every pending message of the session is in a stored, searchable episode."""
         _scope_ids(group_id, session_id)
-        return self.memory.flush(group_id, session_id, reason=reason)
+        return self.memory.flush(group_id, session_id, reason=reason, actor=actor)
 
-    def flush_group(self, group_id: str) -> list[Episode]:
+    def flush_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
         """Flush every session of a group in one batch (one embedding pass across sessions)."""
         _scope_ids(group_id)
-        return self.memory.flush_group(group_id)
+        return self.memory.flush_group(group_id, actor=actor)
 
     def ingest_locomo(self, sample: LocomoSample, *, group_id: str | None = None) -> list[Episode]:
         """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
@@ -151,14 +164,21 @@ class Epimem:
         **scope: Any,
     ) -> TimelinePage:
         _session_scope(group_id, session_id)
+        read_scope = Scope(**scope)
+        wanted = read_scope.filter
+        passing = None
+        if wanted is not None:
+            match = self.searcher.filter_match(group_id, wanted)
+            passing = functools.partial(passing_episodes, self.searcher, group_id, match)
         return read_timeline(
             self.memory.store.vectors,
             group_id,
             session_id=session_id,
-            scope=Scope(**scope),
+            scope=read_scope,
             limit=limit,
             cursor=cursor,
             direction=Direction(order),
+            passing=passing,
         )
 
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
@@ -234,11 +254,11 @@ class Epimem:
 
     # -- lifecycle: deletion, summaries, export and import, model change ------------------------------
 
-    def delete_session(self, group_id: str, session_id: str) -> DeletionReceipt:
+    def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """The session's partition, messages and records; group summaries citing it are rebuilt
         from what remains (or removed). ``GROUP_SUMMARY_SESSION`` deletes every group summary."""
         _scope_ids(group_id, session_id)
-        return self.memory.delete_session(group_id, session_id)
+        return self.memory.delete_session(group_id, session_id, actor=actor)
 
     def delete_group(self, group_id: str) -> DeletionReceipt:
         """Everything of the group, in every collection. Idempotent; see memory.service for what
@@ -246,17 +266,21 @@ class Epimem:
         _scope_ids(group_id)
         return self.memory.delete_group(group_id)
 
-    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+    def delete_message(
+        self, group_id: str, session_id: str, message_id: str, *, actor: str = LOCAL_ACTOR
+    ) -> DeletionReceipt:
         """The message (log and vectors); its episode is regenerated from the remaining messages
         with the same generator, or deleted when none remain; summaries citing it are rebuilt."""
         _scope_ids(group_id, session_id)
-        return self.memory.delete_message(group_id, session_id, message_id)
+        return self.memory.delete_message(group_id, session_id, message_id, actor=actor)
 
-    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+    def delete_episode(
+        self, group_id: str, session_id: str, episode_id: str, *, actor: str = LOCAL_ACTOR
+    ) -> DeletionReceipt:
         """An episode with the messages it was made of (summaries citing it are rebuilt), or a
         summary alone (its sources stay and lose their ``summarised_by`` mark)."""
         _scope_ids(group_id, session_id)
-        return self.memory.delete_episode(group_id, session_id, episode_id)
+        return self.memory.delete_episode(group_id, session_id, episode_id, actor=actor)
 
     def generate_summaries(
         self,
@@ -266,6 +290,7 @@ class Epimem:
         max_memories_per_summary: int,
         session_id: str | None = None,
         reference_time: datetime | None = None,
+        actor: str = LOCAL_ACTOR,
     ) -> list[Episode]:
         """Summaries of the episodes of the last ``days_back`` days (before ``reference_time``, default
         now) not yet summarised, at most ``max_memories_per_summary`` episodes each; the sources are
@@ -278,7 +303,7 @@ class Epimem:
             raise InvalidInputError(f"days_back must be a number of days in (0, {MAX_SUMMARY_DAYS}]")
         end = to_utc(reference_time) if reference_time is not None else utc_now()
         start = end - timedelta(days=float(days_back))
-        return self.memory.generate_summaries(group_id, session_id, start, end, max_memories_per_summary)
+        return self.memory.generate_summaries(group_id, session_id, start, end, max_memories_per_summary, actor=actor)
 
     def summary_sources(self, group_id: str, summary: Episode) -> list[Episode]:
         """The episodes a summary compacts, in time order (expand further with ``episode_messages``)."""
@@ -292,12 +317,14 @@ class Epimem:
         _scope_ids(group_id)
         return self.memory.export_group(group_id, include_embeddings=include_embeddings)
 
-    def import_group(self, lines: Iterable[str], *, group_id: str | None = None) -> ImportReceipt:
+    def import_group(
+        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+    ) -> ImportReceipt:
         """Restore an export (into ``group_id``, default the exported group). The whole file is checked
         before anything is written; embeddings of another model are rebuilt; importing twice is a no-op."""
         if group_id is not None:
             _scope_ids(group_id)
-        return self.memory.import_group(read_export(lines), group_id=group_id)
+        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor)
 
     def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
         """Rebuild the vectors of one group (or all) from the stored text with the configured model

@@ -20,6 +20,7 @@ from fastapi_offline import FastAPIOffline
 from api.auth import KeyRing
 from api.explorer.routes import explorer, mount_ui
 from api.facade import Epimem
+from api.http.corrections import corrections
 from api.http.error_handling import install_error_handlers
 from api.http.home import home
 from api.http.metrics import Metrics
@@ -112,6 +113,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.state.metrics = Metrics(lambda: app.state.service)
     install_error_handlers(app)
     app.include_router(v1)
+    app.include_router(corrections)
     app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
     mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem-server[mcp])

@@ -52,3 +52,14 @@ class ImportReceipt:
     episodes: int = 0
     summaries: int = 0
     vectors: int = 0
+
+
+@dataclass
+class RedactionReceipt:
+    """What a redaction changed (never the text it removed)."""
+
+    message_id: str = Field(description="the redacted message")
+    redacted: bool = Field(description="false when the message was already redacted (nothing changed)")
+    episodes: list[str] = Field(default_factory=list, description="episodes rebuilt without the redacted text")
+    summaries: list[str] = Field(default_factory=list, description="summaries rebuilt or removed")
+    caches: list[str] = Field(default_factory=list, description="in-memory caches cleared")

@@ -26,15 +26,18 @@ from memory.errors import NotFoundError
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.timings import StageTimings
 from memory.ingest.worker import FormationWorker
+from memory.lifecycle.audit import LOCAL_ACTOR, AuditAction, AuditPage, AuditTrail
 from memory.lifecycle.deletion import Deleter
+from memory.lifecycle.editing import Editor, EpisodeCorrection, Redaction
 from memory.lifecycle.export_format import ExportContents
 from memory.lifecycle.reembed import Progress, Reembedder, ReembedReport
+from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.transfer import Transfer
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
-from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
+from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt, RedactionReceipt
 from memory.store.factory import Store
 from memory.store.snapshots import CacheStats
 
@@ -67,6 +70,7 @@ class MemoryService:
         deleter: Deleter,
         reembedder: Reembedder,
         transfer: Transfer,
+        editor: Editor,
         worker: FormationWorker | None = None,
         llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
         closers: Sequence[Callable[[], None]] = (),
@@ -78,6 +82,8 @@ class MemoryService:
         self._deleter = deleter
         self._reembedder = reembedder
         self._transfer = transfer
+        self._editor = editor
+        self.audit = AuditTrail(store.log)
         self._worker = worker
         self._llm_components = dict(llm_components or {})
         self._closers = list(closers)
@@ -111,14 +117,38 @@ class MemoryService:
         with self._gate.exclusive(group_id), self._ingestor.hold(group_id, session_ids):
             yield
 
+    def _audited(
+        self,
+        group_id: str,
+        action: AuditAction,
+        actor: str,
+        session_id: str,
+        targets: list[str],
+        *,
+        gone: bool = False,
+    ) -> Callable[[DeletionReceipt], None]:
+        """What a delete does before its erasure: its entry in the audit trail, and every entry that
+        names a removed id (and the session, when ``gone``) made to forget it (memory.lifecycle.audit)."""
+
+        def audit(receipt: DeletionReceipt) -> None:
+            self.audit.record(group_id, action, actor, session_id=session_id, targets=targets)
+            removed = {*receipt.messages, *receipt.episodes, *receipt.summaries} | ({session_id} if gone else set())
+            self.audit.forget(group_id, removed)
+
+        return audit
+
     def _session_ids(self, group_id: str) -> list[str]:
         return [info.session_id for info in self.store.log.list_sessions(group_id)]
 
     # -- writes ----------------------------------------------------------------------------------------
 
-    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
+    def add_messages(
+        self, group_id: str, session_id: str, messages: Sequence[Message], *, actor: str = LOCAL_ACTOR
+    ) -> AddReceipt:
         with self._gate.shared(group_id):
             receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
+        if receipt.accepted:
+            self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
         if self._worker is not None and receipt.accepted:
             self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
@@ -128,11 +158,25 @@ class MemoryService:
                 self._ingestor.form_closed(group_id, session_id)
         return receipt
 
-    def flush(self, group_id: str, session_id: str, *, reason: BoundaryReason = BoundaryReason.FLUSH) -> list[Episode]:
-        return self._ingestor.flush(group_id, session_id, reason=reason)
+    def flush(
+        self,
+        group_id: str,
+        session_id: str,
+        *,
+        reason: BoundaryReason = BoundaryReason.FLUSH,
+        actor: str = LOCAL_ACTOR,
+    ) -> list[Episode]:
+        formed = self._ingestor.flush(group_id, session_id, reason=reason)
+        if formed:
+            targets = [e.uuid for e in formed]
+            self.audit.record(group_id, AuditAction.FLUSH, actor, session_id=session_id, targets=targets)
+        return formed
 
-    def flush_group(self, group_id: str) -> list[Episode]:
-        return self._ingestor.form([(group_id, s) for s in self._session_ids(group_id)], close_tail=True)
+    def flush_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
+        formed = self._ingestor.form([(group_id, s) for s in self._session_ids(group_id)], close_tail=True)
+        if formed:
+            self.audit.record(group_id, AuditAction.FLUSH, actor, targets=[e.uuid for e in formed])
+        return formed
 
     def ingest_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> list[Episode]:
         """Several sessions of one group at once: their messages stored in one write while they are
@@ -201,22 +245,30 @@ class MemoryService:
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
-    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+    def delete_message(
+        self, group_id: str, session_id: str, message_id: str, *, actor: str = LOCAL_ACTOR
+    ) -> DeletionReceipt:
+        audited = self._audited(group_id, AuditAction.DELETE_MESSAGE, actor, session_id, [message_id])
         with self._alone(group_id, [session_id]):
-            receipt = self._deleter.delete_message(group_id, session_id, message_id)
+            receipt = self._deleter.delete_message(group_id, session_id, message_id, before_erase=audited)
         self._changed(group_id, receipt)
         return receipt
 
-    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+    def delete_episode(
+        self, group_id: str, session_id: str, episode_id: str, *, actor: str = LOCAL_ACTOR
+    ) -> DeletionReceipt:
+        audited = self._audited(group_id, AuditAction.DELETE_EPISODE, actor, session_id, [episode_id])
         with self._alone(group_id, [session_id]):
-            receipt = self._deleter.delete_episode(group_id, session_id, episode_id)
+            receipt = self._deleter.delete_episode(group_id, session_id, episode_id, before_erase=audited)
         self._changed(group_id, receipt)
         return receipt
 
-    def delete_session(self, group_id: str, session_id: str) -> DeletionReceipt:
+    def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         with self._gate.exclusive(group_id):
             with self._ingestor.hold(group_id, [session_id]):
                 receipt = self._deleter.delete_session(group_id, session_id)
+            audited = self._audited(group_id, AuditAction.DELETE_SESSION, actor, session_id, [session_id], gone=True)
+            audited(receipt)
             self._deleter.purge_lease_residue(group_id, [session_id], group_deleted=False)
         self._changed(group_id, receipt)
         return receipt
@@ -232,7 +284,14 @@ class MemoryService:
         return receipt
 
     def generate_summaries(
-        self, group_id: str, session_id: str | None, start: datetime, end: datetime, max_units: int
+        self,
+        group_id: str,
+        session_id: str | None,
+        start: datetime,
+        end: datetime,
+        max_units: int,
+        *,
+        actor: str = LOCAL_ACTOR,
     ) -> list[Episode]:
         with self._gate.exclusive(group_id):
             sessions = [session_id] if session_id else self._session_ids(group_id)
@@ -241,6 +300,9 @@ class MemoryService:
                 planned = self._summariser.plan(group_id, session_id, start, end, max_units)
                 summaries = self._summariser.write(group_id, planned)
         self._changed(group_id)
+        if summaries:
+            targets = [e.uuid for e in summaries]
+            self.audit.record(group_id, AuditAction.SUMMARISE, actor, session_id=session_id, targets=targets)
         return summaries
 
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
@@ -248,7 +310,9 @@ class MemoryService:
             raise NotFoundError("group not found")
         return self._transfer.export(group_id, include_embeddings=include_embeddings)
 
-    def import_group(self, contents: ExportContents, *, group_id: str | None = None) -> ImportReceipt:
+    def import_group(
+        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+    ) -> ImportReceipt:
         target = group_id or contents.group_id
         with self._alone(target, contents.session_ids):
             receipt = self._transfer.import_(contents, group_id=target)
@@ -256,15 +320,59 @@ class MemoryService:
                 target, contents.session_ids
             )  # a file without pending messages' vectors
         self._changed(target)
+        self.audit.record(target, AuditAction.IMPORT, actor, targets=contents.session_ids)
         return receipt
 
-    def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
+    def reembed(
+        self, group_id: str | None = None, progress: Progress | None = None, *, actor: str = LOCAL_ACTOR
+    ) -> ReembedReport:
         groups = [group_id] if group_id is not None else self._reembedder.groups()
         with self._gate.exclusive_all(groups):
             report = self._reembedder.reembed(group_id, progress)
         for group in groups:
             self._changed(group)
+            if group in report.groups:
+                self.audit.record(group, AuditAction.REEMBED, actor)
         return report
+
+    # -- corrections ----------------------------------------------------------------------------------------
+
+    def correct_episode(
+        self,
+        group_id: str,
+        session_id: str,
+        episode_id: str,
+        correction: EpisodeCorrection,
+        *,
+        actor: str = LOCAL_ACTOR,
+    ) -> Episode:
+        with self._alone(group_id, [session_id]):
+            episode = self._editor.correct(group_id, session_id, episode_id, correction, actor=actor)
+        self._changed(group_id)
+        self.audit.record(group_id, AuditAction.CORRECT, actor, session_id=session_id, targets=[episode_id])
+        return episode
+
+    def revisions(self, group_id: str, session_id: str, episode_id: str) -> list[Revision]:
+        """The episode's history, oldest first (revision 0: as generated)."""
+        return self._editor.revisions.history(self._editor.episode(group_id, session_id, episode_id))
+
+    def redact_message(
+        self, group_id: str, session_id: str, message_id: str, redaction: Redaction, *, actor: str = LOCAL_ACTOR
+    ) -> RedactionReceipt:
+        with self._alone(group_id, [session_id]):
+            receipt = self._editor.redact(group_id, session_id, message_id, redaction)
+        if receipt.redacted:
+            for cache, listener in self._listeners:
+                listener(group_id)
+                receipt.caches.append(cache)
+            targets = [message_id, *receipt.episodes]
+            self.audit.record(group_id, AuditAction.REDACT, actor, session_id=session_id, targets=targets)
+        return receipt
+
+    def audit_page(self, group_id: str, *, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        if not self.group_exists(group_id):
+            raise NotFoundError("group not found")
+        return self.audit.page(group_id, limit=limit, cursor=cursor)
 
     # -- figures ------------------------------------------------------------------------------------------
 

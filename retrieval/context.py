@@ -227,10 +227,15 @@ class ContextBuilder:
     def _rank(
         self, group_id: str, candidates: list[Candidate], query: ContextQuery, analysis: QueryAnalysis
     ) -> list[tuple[float, _Piece, int]]:
-        """Every message of the best episodes with its score, best first."""
+        """Every message of the best episodes with its score, best first (those a filter lets pass)."""
         ranked: list[tuple[float, _Piece, int]] = []
+        match = self._searcher.filter_match(group_id, query.filter) if query.filter is not None else None
         for scored in score_messages(self._searcher, group_id, candidates, query, analysis, self.policy):
             piece = _Piece(scored.episode, scored.messages, set())
-            ranked += [(score, piece, i) for i, score in enumerate(scored.scores) if math.isfinite(score)]
+            ranked += [
+                (score, piece, i)
+                for i, score in enumerate(scored.scores)
+                if math.isfinite(score) and (match is None or match.message(scored.messages[i], scored.episode))
+            ]
         ranked.sort(key=lambda item: (-item[0], item[1].episode.uuid, item[2]))
         return ranked

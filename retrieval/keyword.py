@@ -6,45 +6,22 @@ stopwords are dropped so question words ("what", "when") carry no weight.
 
 from __future__ import annotations
 
-import functools
+import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memory.store.records import VectorRecord
+from retrieval.bm25 import Postings, tokenize
+
+__all__ = ["KeywordCache", "KeywordIndex", "keyword_text", "tokenize"]
 
 if TYPE_CHECKING:
     from memory.store.group_snapshot import GroupSnapshot
     from memory.store.snapshots import SnapshotCache
-
-_STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
-
-
-@functools.cache
-def _bm25s() -> Any:
-    """bm25s (and scipy under it) on first use: commands that search nothing never import it."""
-    import bm25s
-
-    return bm25s
-
-
-@functools.cache
-def _stemmer() -> Any:
-    import Stemmer
-
-    return Stemmer.Stemmer("english")
-
-
-def _stem(words: list[str]) -> list[str]:
-    with _STEM_LOCK:
-        return list(_stemmer().stemWords(words))
-
-
-def tokenize(texts: list[str]) -> list[list[str]]:
-    return list(_bm25s().tokenize(texts, stopwords="en", stemmer=_stem, return_ids=False, show_progress=False))
 
 
 def keyword_text(record: VectorRecord) -> str:
@@ -52,30 +29,62 @@ def keyword_text(record: VectorRecord) -> str:
     return f"{record.title} {record.producer_id} {record.document}"
 
 
+_SERIALS = itertools.count()
+
+
+def _text(snapshot: GroupSnapshot, position: int) -> str:
+    """``keyword_text`` of a record, from the snapshot's columns."""
+    return f"{snapshot.titles[position]} {snapshot.producers[position]} {snapshot.documents[position]}"
+
+
+def _texts(snapshot: GroupSnapshot, positions: Iterable[int]) -> list[str]:
+    return [_text(snapshot, position) for position in positions]
+
+
 class KeywordIndex:
-    """BM25 over every record of a group (episodes, summaries and messages), built from the group's
-    read snapshot (memory.store.snapshots) in its stored order."""
+    """BM25 over every record of a group (episodes, summaries and messages), in the order of the group's
+    read snapshot (memory.store.snapshots).
+
+    The same scores as bm25s's (Lucene variant, k1 1.5, b 0.75; tests/retrieval/test_keyword_patches.py
+    compares them), computed per query from postings instead of from a precomputed score matrix: a
+    matrix depends on the document count and the average length, so every write would change all of
+    it, while postings (one entry per record and distinct token: record position, token, count) change
+    only where records do. A snapshot patched with what writes changed (memory.store.snapshot_patch)
+    gets its index by ``patched``: the rows of unchanged records kept and renumbered, only new or
+    rewritten texts tokenized.
+    """
 
     QUERIES_KEPT = 16  # a request scores one query several times (candidates, message evidence)
+    K1 = 1.5
+    B = 0.75
 
-    def __init__(self, snapshot: GroupSnapshot) -> None:
+    def __init__(self, snapshot: GroupSnapshot, *, postings: Postings | None = None) -> None:
         self._snapshot = snapshot
         self.positions = snapshot.positions
         # Scope filters are array operations over the snapshot's columns, never a loop over records.
         self._sessions = snapshot.session_codes
         self._times = snapshot.timestamps
-        self._bm25 = _bm25s().BM25()
         self._size = len(snapshot)
         self._scores: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-        if self._size:
-            texts = [
-                f"{title} {producer} {document}"  # keyword_text of each record, from the columns
-                for title, producer, document in zip(
-                    snapshot.titles, snapshot.producers, snapshot.documents, strict=True
-                )
-            ]
-            self._bm25.index(tokenize(texts), show_progress=False)
+        self._postings = postings if postings is not None else Postings.of(_texts(snapshot, range(self._size)))
+        self.serial = next(_SERIALS)
+        self.is_patched = postings is not None
+
+    def patched(self, snapshot: GroupSnapshot, patch: Any, previous: GroupSnapshot) -> KeywordIndex:
+        """This index for ``snapshot``, patched from ``previous`` (this index's snapshot) by ``patch``
+        (memory.store.snapshot_patch.Patch): only the texts of new and rewritten records are read."""
+        old_of_new: np.ndarray = patch.old_of_new
+        stale = np.flatnonzero(old_of_new < 0)
+        rewritten = [int(p) for p in patch.rewritten if _text(snapshot, int(p)) != _text(previous, int(old_of_new[p]))]
+        moved = old_of_new.copy()
+        moved[rewritten] = -1
+        retokenized = np.union1d(stale, np.asarray(rewritten, dtype=np.int64)).astype(np.int64)
+        postings = self._postings.renumbered(moved, len(snapshot))
+        if len(postings.docs) < len(self._postings.docs):  # records removed or rewritten: their tokens go
+            postings = postings.compacted()
+        postings = postings.with_texts(retokenized, _texts(snapshot, retokenized.tolist()))
+        return KeywordIndex(snapshot, postings=postings)
 
     @property
     def records(self) -> list[VectorRecord]:
@@ -87,9 +96,8 @@ class KeywordIndex:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the BM25 index (its score matrix and vocabulary), estimated."""
-        held = sum(getattr(part, "nbytes", 0) for part in (getattr(self._bm25, "scores", None) or {}).values())
-        return held + 100 * len(getattr(self._bm25, "vocab_dict", None) or {})
+        """Bytes held by the postings and the vocabulary, estimated."""
+        return self._postings.nbytes
 
     def scores(self, query: str) -> np.ndarray:
         with self._lock:
@@ -98,10 +106,7 @@ class KeywordIndex:
                 self._scores.move_to_end(query)
                 return kept
         tokens = tokenize([query])[0]
-        if not tokens or not self._size:
-            found = np.zeros(self._size, dtype=np.float32)
-        else:
-            found = np.asarray(self._bm25.get_scores(tokens), dtype=np.float32)
+        found = self._postings.scores(tokens, k1=self.K1, b=self.B)
         found.setflags(write=False)  # shared between the calls of a request
         with self._lock:
             self._scores[query] = found
@@ -143,24 +148,29 @@ class KeywordIndex:
 
 class KeywordCache:
     """The keyword index of each group, kept with the group's read snapshot (memory.store.snapshots):
-    built once per version of the group's records, dropped with the snapshot (LRU over groups within
-    the read cache's byte bound, or when this process changes the group: ``forget``)."""
+    one per version of the group's records (built from scratch, or patched from the previous version's
+    when the snapshot was: ``KeywordIndex.patched``), dropped with the snapshot (LRU over groups within
+    the read cache's byte bound) or patched at once after a delete (``forget``).
+
+    ``builds``: indexes made for a new version, either way; ``patches``: those of them patched."""
 
     KEY = "keyword-index"
 
     def __init__(self, snapshots: SnapshotCache | None = None) -> None:
         self._snapshots = snapshots
         self._lock = threading.Lock()
+        self._seen: dict[str, int] = {}  # group -> serial of the last index handed out
         self.builds = 0
+        self.patches = 0
 
     def get(self, snapshot: GroupSnapshot) -> KeywordIndex:
-        def build() -> KeywordIndex:
-            with self._lock:
-                self.builds += 1
-            return KeywordIndex(snapshot)
-
         built = not snapshot.has(self.KEY)
-        index: KeywordIndex = snapshot.derived(self.KEY, build, size=lambda found: found.nbytes)
+        index: KeywordIndex = snapshot.derived(self.KEY, lambda: KeywordIndex(snapshot), size=lambda i: i.nbytes)
+        with self._lock:
+            if self._seen.get(snapshot.group_id) != index.serial:  # an index for a new version
+                self._seen[snapshot.group_id] = index.serial
+                self.builds += 1
+                self.patches += int(index.is_patched)
         if built and self._snapshots is not None:
             self._snapshots.trim()  # the snapshot grew by its index: apply the bounds again
         return index
@@ -178,5 +188,7 @@ class KeywordCache:
         return found
 
     def forget(self, group_id: str) -> None:
+        """After a delete: nothing deleted stays in the group's cached snapshot or index (patched at once
+        or dropped: memory.store.snapshots.SnapshotCache.scrub)."""
         if self._snapshots is not None:
-            self._snapshots.forget(group_id)
+            self._snapshots.scrub(group_id)

@@ -16,6 +16,7 @@ Kate's hobbies?") should find that speaker's messages. Names come from three pla
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -64,6 +65,16 @@ def configured_names(metadata_items: Iterable[Mapping[str, Any]]) -> dict[str, s
     return dict(found)
 
 
+@functools.lru_cache(maxsize=1 << 17)
+def _words(text: str) -> tuple[tuple[str, ...], frozenset[str], frozenset[str]]:
+    """A text's capitalised words, self-introduced names and vocatives (casefolded), kept per text: the
+    names are learned again for every version of a group, from mostly the same messages."""
+    capitalised = tuple(word.casefold() for word in re.findall(r"\b[A-Z][a-z]+\b", text))
+    self_named = frozenset(name.casefold() for name in _SELF.findall(text))
+    called = frozenset(name.casefold() for pattern in _VOCATIVES for name in pattern.findall(text))
+    return capitalised, self_named, called
+
+
 def learned_names(messages: Iterable[tuple[str, str, str]]) -> dict[str, set[str]]:
     """speaker id (casefolded) -> names learned from (speaker, addressee, text) triples in time
     order. A missing addressee is the other speaker of a two-person conversation, else the last
@@ -81,10 +92,10 @@ def learned_names(messages: Iterable[tuple[str, str, str]]) -> dict[str, set[str
         addressee = given or (next(iter(others)) if len(others) == 1 else answered)
         last = speaker
         speakers |= {speaker, addressee}
-        written[speaker].update(word.casefold() for word in re.findall(r"\b[A-Z][a-z]+\b", text))
-        introduced[speaker] |= {name.casefold() for name in _SELF.findall(text)}
+        capitalised, self_named, called = _words(text)
+        written[speaker].update(capitalised)
+        introduced[speaker] |= self_named
         if addressee and addressee != speaker:
-            called = {name.casefold() for pattern in _VOCATIVES for name in pattern.findall(text)}
             vocatives[addressee].update(called)
     found: dict[str, set[str]] = defaultdict(set)
     for addressee, counts in vocatives.items():

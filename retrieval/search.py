@@ -31,6 +31,7 @@ from memory.tracing import read_attributes, traced
 from retrieval.analysis import Query, QueryAnalysis, analyse
 from retrieval.candidates import Candidate, Loaded, episode_score, rrf
 from retrieval.duplicates import drop_near_duplicates
+from retrieval.filters import FilterMatch, RecallFilter, passing_candidates
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
 from retrieval.names import configured_names, learned_names, merge_names
@@ -43,6 +44,8 @@ from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuer
 # the ones it scores (the same recall as scoring the whole group, at a cost bounded by the candidates;
 # docs/benchmarks-recall.md). The evidence weight is chosen by leave-one-conversation-out.
 SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000)
+# A filter drops candidates after ranking: this many times more are ranked so that enough pass.
+FILTER_DEPTH = 4
 
 
 class Searcher:
@@ -102,6 +105,8 @@ class Searcher:
     def candidates(self, group_id: str, scope: Scope, analysis: QueryAnalysis, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
         snapshot = self.snapshot(group_id)  # the request's caller checked the version (``fresh``) first
+        if scope.filter is not None:
+            depth *= FILTER_DEPTH
         query = analysis.text
         selection = scope_filter(scope, analysis.window)
         hits = self._vectors.nearest(group_id, self.embed_query(query), k=depth, selection=selection)
@@ -142,7 +147,14 @@ class Searcher:
             for record_id, record in records.items()
         ]
         candidates.sort(key=lambda candidate: (-candidate.fused, candidate.record_id))
+        if scope.filter is not None:
+            candidates = passing_candidates(self, group_id, self.filter_match(group_id, scope.filter), candidates)
         return candidates
+
+    # -- filters (retrieval.filters) -------------------------------------------------------------------
+
+    def filter_match(self, group_id: str, wanted: RecallFilter) -> FilterMatch:
+        return FilterMatch(wanted, self.speaker_names(group_id))
 
     # -- search ------------------------------------------------------------------------------------
 
@@ -188,7 +200,14 @@ class Searcher:
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
         if query.expand:
-            hits = [hit.model_copy(update={"messages": self.source_messages(group_id, hit.episode)}) for hit in hits]
+            match = self.filter_match(group_id, query.filter) if query.filter is not None else None
+            for position, hit in enumerate(hits):
+                found = [
+                    m
+                    for m in self.source_messages(group_id, hit.episode)
+                    if match is None or match.message(m, hit.episode)
+                ]
+                hits[position] = hit.model_copy(update={"messages": found})
         return hits
 
     def analyse(self, group_id: str, query: Query, policy: ScoringPolicy) -> QueryAnalysis:

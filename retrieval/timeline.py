@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from memory.errors import InvalidInputError
+from memory.models import Episode
 from memory.store.protocols import VectorReader
 from memory.store.records import EPISODE_KINDS
 from retrieval.scope import scope_filter
@@ -40,7 +42,9 @@ def timeline(
     limit: int = 50,
     cursor: str | None = None,
     direction: Direction = Direction.ASC,
+    passing: Callable[[list[Episode]], set[str]] | None = None,
 ) -> TimelinePage:
+    """``passing``: the ids of the episodes a filter lets pass (retrieval.filters), among those given."""
     scope = scope or Scope()
     if session_id is not None:
         scope = scope.model_copy(update={"session_ids": [session_id]})
@@ -52,6 +56,9 @@ def timeline(
         else:
             selection = replace(selection, until=after[0])
     records = vectors.records(group_id, selection=selection)
+    if passing is not None:
+        kept = passing([record.episode() for record in records])
+        records = [record for record in records if record.id in kept]
     keyed = sorted(
         ((record.timestamp, record.id, record) for record in records),
         key=lambda item: (item[0], item[1]),

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memory.models import Episode, Message, ScopeId, UtcDatetime
+from retrieval.filters import RecallFilter
 
 MAX_K = 200
 MAX_TIMELINE_LIMIT = 500
@@ -36,6 +37,9 @@ class Scope(BaseModel):
     time: str | None = Field(default=None, max_length=200, description="e.g. 'last week', 'in March 2023'")
     reference_time: UtcDatetime | None = Field(default=None, description="what 'now' means for `time`")
     timezone: str = Field(default="UTC", max_length=64)
+    filter: RecallFilter | None = Field(
+        default=None, description="only these speakers, roles, episode types, metadata values (retrieval.filters)"
+    )
 
     @field_validator("timezone")
     @classmethod

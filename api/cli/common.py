@@ -21,6 +21,7 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.lazy import LazyEmbedder
 from memory.errors import EpimemError
+from retrieval.filters import RecallFilter
 
 out = Console()
 err = Console(stderr=True)
@@ -31,6 +32,13 @@ DataDir = Annotated[
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
 Session = Annotated[str | None, typer.Option("--session", "-s", help="only this session")]
+Speakers = Annotated[
+    list[str] | None, typer.Option("--speaker", help="only what this speaker said (id or a known name; repeatable)")
+]
+
+
+def speaker_filter(speakers: list[str] | None) -> RecallFilter | None:
+    return RecallFilter(speakers=speakers) if speakers else None
 
 
 def settings_for(data_dir: Path | None) -> Settings:

@@ -22,6 +22,7 @@ from api.cli.common import (
     AsJson,
     DataDir,
     Session,
+    Speakers,
     err,
     fail,
     open_service,
@@ -30,7 +31,9 @@ from api.cli.common import (
     progress,
     settings_for,
     short,
+    speaker_filter,
 )
+from api.cli.corrections import register as register_corrections
 from api.cli.erase import register as register_erase
 from api.cli.files import note_when_empty
 from api.cli.imports import register as register_import
@@ -130,6 +133,7 @@ def search(
     k: Annotated[int, typer.Option("--k", "-k", min=1, max=200, help="how many episodes")] = 5,
     session: Session = None,
     time: Annotated[str | None, typer.Option(help="a time window, e.g. 'last week'")] = None,
+    speaker: Speakers = None,
     chronological: Annotated[bool, typer.Option("--chronological", help="in time order, not by relevance")] = False,
     as_json: AsJson = False,
 ) -> None:
@@ -142,6 +146,7 @@ def search(
             session_ids=[session] if session else None,
             time=time,
             order=Order.CHRONOLOGICAL if chronological else Order.RELEVANCE,
+            filter=speaker_filter(speaker),
         )
         hits = service.search(group_id, request)
     if as_json:
@@ -173,6 +178,7 @@ def timeline(
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
     desc: Annotated[bool, typer.Option("--desc", help="newest first")] = False,
+    speaker: Speakers = None,
     as_json: AsJson = False,
 ) -> None:
     """Episodes of a group (or session) in time order, one page."""
@@ -186,6 +192,7 @@ def timeline(
             limit=limit,
             cursor=cursor,
             order=Direction.DESC if desc else Direction.ASC,
+            filter=speaker_filter(speaker),
         )
     if as_json:
         print_json(page)
@@ -211,12 +218,16 @@ def context(
     budget: Annotated[int, typer.Option(min=16, max=100_000, help="token budget")] = 1000,
     session: Session = None,
     time: Annotated[str | None, typer.Option(help="a time window, e.g. 'last week'")] = None,
+    speaker: Speakers = None,
     as_json: AsJson = False,
 ) -> None:
     """A cited, token-budgeted context block for a prompt."""
     with open_service(ctx, data_dir) as service:
         note_when_empty(service, group_id)
-        request = ContextQuery(query=query, token_budget=budget, session_ids=[session] if session else None, time=time)
+        sessions = [session] if session else None
+        request = ContextQuery(
+            query=query, token_budget=budget, session_ids=sessions, time=time, filter=speaker_filter(speaker)
+        )
         result = service.context(group_id, request)
     if as_json:
         print_json(result)
@@ -307,5 +318,5 @@ def reembed(
         )
 
 
-for _register in (register_import, register_mcp, register_erase, register_segment):
+for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections):
     _register(app)

@@ -2,7 +2,7 @@
 message limits from settings) and calls the facade; the logic lives in memory/ and retrieval/.
 
 Roles: read = get/search/context/timeline/list/history; write = messages, flush, put, import,
-summaries; admin = every delete, export, metrics (when keys are configured).
+summaries; admin = every delete, export, metrics (when keys are configured); corrections: api.http.corrections.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from api.auth import Principal, Role
 from api.facade import Epimem
 from api.http.error_handling import error_responses
-from api.http.params import EpisodeIdPath, GroupId, MessageIdPath, SessionId, SessionIdQuery
+from api.http.params import EpisodeIdPath, FilterQuery, GroupId, MessageIdPath, SessionId, SessionIdQuery, parse_filter
 from api.http.schemas import (
     EpisodeOut,
     EpisodesOut,
@@ -89,18 +89,22 @@ SESSION = GROUP + "/sessions/{session_id}"
 @v1.post(
     SESSION + "/messages",
     tags=["messages"],
-    dependencies=[WRITE],
     responses=error_responses(409),
     summary="Add a batch of messages (idempotent by message id)",
 )
 def add_messages(
-    group_id: GroupId, session_id: SessionId, body: MessagesIn, service: ServiceDep, settings: SettingsDep
+    group_id: GroupId,
+    session_id: SessionId,
+    body: MessagesIn,
+    service: ServiceDep,
+    settings: SettingsDep,
+    who: Annotated[Principal, WRITE],
 ) -> AddReceipt:
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
     a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
     check_batch(body.messages, settings)
-    return service.add_messages(group_id, session_id, body.messages)
+    return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")
@@ -120,22 +124,25 @@ def history(
 @v1.delete(
     SESSION + "/messages/{message_id}",
     tags=["messages"],
-    dependencies=[ADMIN],
     responses=error_responses(404),
     summary="Delete one message (and rebuild what was made from it)",
 )
 def delete_message(
-    group_id: GroupId, session_id: SessionId, message_id: MessageIdPath, service: ServiceDep
+    group_id: GroupId,
+    session_id: SessionId,
+    message_id: MessageIdPath,
+    service: ServiceDep,
+    who: Annotated[Principal, ADMIN],
 ) -> DeletionReceipt:
-    return service.delete_message(group_id, session_id, message_id)
+    return service.delete_message(group_id, session_id, message_id, actor=who.actor)
 
 
-@v1.post(
-    SESSION + "/flush", tags=["messages"], dependencies=[WRITE], summary="Form episodes from every pending message"
-)
-def flush(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> EpisodesOut:
+@v1.post(SESSION + "/flush", tags=["messages"], summary="Form episodes from every pending message")
+def flush(
+    group_id: GroupId, session_id: SessionId, service: ServiceDep, who: Annotated[Principal, WRITE]
+) -> EpisodesOut:
     """Returns once every pending message of the session is in an episode that is stored and searchable."""
-    return EpisodesOut(episodes=service.flush(group_id, session_id))
+    return EpisodesOut(episodes=service.flush(group_id, session_id, actor=who.actor))
 
 
 @v1.get(
@@ -160,17 +167,20 @@ def get_episode(
 @v1.delete(
     SESSION + "/episodes/{episode_id}",
     tags=["episodes"],
-    dependencies=[ADMIN],
     responses=error_responses(404),
     summary="Delete one episode and the messages it was made of (a summary: only the summary)",
 )
 def delete_episode(
-    group_id: GroupId, session_id: SessionId, episode_id: EpisodeIdPath, service: ServiceDep
+    group_id: GroupId,
+    session_id: SessionId,
+    episode_id: EpisodeIdPath,
+    service: ServiceDep,
+    who: Annotated[Principal, ADMIN],
 ) -> DeletionReceipt:
     """An episode goes with the messages it was made of (log and vectors); summaries citing it are
     rebuilt from what remains. A summary goes alone: its sources stay and lose their mark. On
     embedded Chroma the bytes are erased from the data folder before the answer (docs/trust.md)."""
-    return service.delete_episode(group_id, session_id, episode_id)
+    return service.delete_episode(group_id, session_id, episode_id, actor=who.actor)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -225,10 +235,10 @@ def timeline(
     limit: Annotated[int, Query(ge=1, le=MAX_TIMELINE_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(max_length=2000, description="`next_cursor` of the previous page")] = None,
     order: Direction = Direction.ASC,
+    filter: FilterQuery = None,  # noqa: A002 (the name the API uses everywhere)
 ) -> TimelinePage:
-    return service.timeline(
-        group_id, session_id=session_id, start=start, end=end, limit=limit, cursor=cursor, order=order
-    )
+    scope = {"start": start, "end": end, "filter": parse_filter(filter)}
+    return service.timeline(group_id, session_id=session_id, limit=limit, cursor=cursor, order=order, **scope)
 
 
 # -- groups and sessions -----------------------------------------------------------------------
@@ -278,16 +288,20 @@ def get_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -
     return service.get_session(group_id, session_id)
 
 
-@v1.delete(SESSION, tags=["sessions"], dependencies=[ADMIN], summary="Delete a session and everything in it")
-def delete_session(group_id: GroupId, session_id: SessionId, service: ServiceDep) -> DeletionReceipt:
-    return service.delete_session(group_id, session_id)
+@v1.delete(SESSION, tags=["sessions"], summary="Delete a session and everything in it")
+def delete_session(
+    group_id: GroupId, session_id: SessionId, service: ServiceDep, who: Annotated[Principal, ADMIN]
+) -> DeletionReceipt:
+    return service.delete_session(group_id, session_id, actor=who.actor)
 
 
 # -- summaries, export, import -------------------------------------------------------------------
 
 
-@v1.post(GROUP + "/summaries", tags=["summaries"], dependencies=[WRITE], summary="Summarise recent episodes")
-def summaries(group_id: GroupId, body: SummariesIn, service: ServiceDep) -> EpisodesOut:
+@v1.post(GROUP + "/summaries", tags=["summaries"], summary="Summarise recent episodes")
+def summaries(
+    group_id: GroupId, body: SummariesIn, service: ServiceDep, who: Annotated[Principal, WRITE]
+) -> EpisodesOut:
     """Compacts the episodes of the last `days_back` days into summary episodes linked to every
     source; nothing summarised is deleted."""
     episodes = service.generate_summaries(
@@ -296,6 +310,7 @@ def summaries(group_id: GroupId, body: SummariesIn, service: ServiceDep) -> Epis
         max_memories_per_summary=body.max_memories_per_summary,
         session_id=body.session_id,
         reference_time=body.reference_time,
+        actor=who.actor,
     )
     return EpisodesOut(episodes=episodes)
 
@@ -324,7 +339,6 @@ def export_group(
 @v1.post(
     GROUP + "/import",
     tags=["export"],
-    dependencies=[WRITE],
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -334,13 +348,14 @@ def export_group(
     },
     summary="Import JSON Lines written by export (idempotent)",
 )
-async def import_group(group_id: GroupId, request: Request, service: ServiceDep) -> ImportReceipt:
+async def import_group(
+    group_id: GroupId, request: Request, service: ServiceDep, who: Annotated[Principal, WRITE]
+) -> ImportReceipt:
     """The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
     this server's export wrote imports back."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines: list[str] = []
-    tail = ""
-    read = 0
+    tail, read = "", 0
     try:
         async for chunk in request.stream():
             text = tail + decoder.decode(chunk)
@@ -352,7 +367,7 @@ async def import_group(group_id: GroupId, request: Request, service: ServiceDep)
         raise InvalidInputError("the import body is not UTF-8 text", details={"position": read + error.start}) from None
     if tail.strip():
         lines.append(tail)
-    receipt: ImportReceipt = await run_in_threadpool(service.import_group, lines, group_id=group_id)
+    receipt: ImportReceipt = await run_in_threadpool(service.import_group, lines, group_id=group_id, actor=who.actor)
     return receipt
 
 

@@ -29,8 +29,14 @@ class Memory(Protocol):
     def delete_session(self, group_id: str, session_id: str) -> Any: ...
 
 
-def scope_options(session_ids: list[str] | None, time: str | None, reference_time: datetime | None) -> dict[str, Any]:
-    options = {"session_ids": session_ids, "time": time, "reference_time": reference_time}
+def scope_options(
+    session_ids: list[str] | None,
+    time: str | None,
+    reference_time: datetime | None,
+    wanted: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The scope of a recall call; ``wanted`` is a recall filter (speakers, roles, episode_types, metadata)."""
+    options = {"session_ids": session_ids, "time": time, "reference_time": reference_time, "filter": wanted}
     return {key: value for key, value in options.items() if value is not None}
 
 

@@ -59,9 +59,13 @@ class EpimemRetriever(BaseRetriever):
     session_ids: list[str] | None = None
     time: str | None = Field(default=None, description="a time window in words, e.g. 'last week'")
     reference_time: datetime | None = None
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description='a recall filter, e.g. {"speakers": ["Caroline"]} or {"metadata": {"channel": "email"}}',
+    )
 
     def _options(self) -> dict[str, Any]:
-        scope = scope_options(self.session_ids, self.time, self.reference_time)
+        scope = scope_options(self.session_ids, self.time, self.reference_time, self.filter)
         return {"k": self.k, **scope} if self.mode == "episodes" else {"token_budget": self.token_budget, **scope}
 
     def _documents(self, found: list[SearchHit] | ContextResult) -> list[Document]:

@@ -81,10 +81,11 @@ class EpimemRetriever(BaseRetriever):
         time: str | None = None,
         reference_time: datetime | None = None,
         async_memory: Any = None,
+        filter: dict[str, Any] | None = None,  # noqa: A002 (the API's name: speakers, roles, episode_types, metadata)
     ) -> None:
         super().__init__()
         self.memory, self.async_memory, self.group_id, self.mode = memory, async_memory, group_id, mode
-        scope = scope_options(session_ids, time, reference_time)
+        scope = scope_options(session_ids, time, reference_time, filter)
         self.options = {"k": k, **scope} if mode == "episodes" else {"token_budget": token_budget, **scope}
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -36,9 +36,10 @@ def mcp_available() -> bool:
 def _key_guard(keys: KeyRing) -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
 
-    def guard(ctx: Any, group_id: str, role: str) -> None:
+    def guard(ctx: Any, group_id: str, role: str) -> str | None:
+        """Raises ToolError, or returns who signs the call's changes (the key's ``actor``)."""
         if not keys.enabled:
-            return
+            return None
         try:
             key = keys.authenticate(ctx.headers or {})
         except UnauthorizedError as error:
@@ -47,6 +48,7 @@ def _key_guard(keys: KeyRing) -> Any:
             raise ToolError("forbidden: this key may not access this group")
         if key.role < Role[role.upper()]:
             raise ToolError(f"forbidden: this key's role ({key.role.name.lower()}) may not do this; needs {role}")
+        return key.actor
 
     return guard
 

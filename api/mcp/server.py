@@ -1,4 +1,4 @@
-"""epimem as an MCP server (the official ``mcp`` SDK, 2.x): the same seven tools over stdio
+"""epimem as an MCP server (the official ``mcp`` SDK, 2.x): the same eight tools over stdio
 (``epimem mcp``) and over streamable HTTP (mounted at ``/mcp`` by ``api.mcp.http``).
 
 The tools call a *backend* with the facade's method names: the in-process ``Epimem`` (a data
@@ -22,15 +22,29 @@ import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from api.limits import BatchLimits, check_batch
+from api.mcp.shapes import (
+    ChatMessage,
+    FilterArg,
+    GroupArg,
+    Hit,
+    RefTimeArg,
+    SessionArg,
+    SessionsArg,
+    TimeArg,
+    hit_of,
+    problems,
+    scope_of,
+)
 from memory.errors import EpimemError
-from memory.models import MAX_ID_LENGTH, Episode, Message, Role
+from memory.models import Episode, Message
 
 # The same role for the same act as over HTTP: reads, writes, and admin for every delete.
 READ, WRITE, ADMIN = "read", "write", "admin"
-Guard = Callable[[Context, str, str], None]  # (context, group id, role) -> raises ToolError
+# (context, group id, role) -> raises ToolError, or returns who signs the call's changes (None: the backend's own)
+Guard = Callable[[Context, str, str], str | None]
 log = logging.getLogger("epimem.mcp")
 
 
@@ -47,63 +61,16 @@ class Backend(Protocol):
     def list_sessions(self, group_id: str) -> Any: ...
     def delete_session(self, group_id: str, session_id: str) -> Any: ...
 
-
-class ChatMessage(BaseModel):
-    """One message of a conversation."""
-
-    id: str = Field(description="stable id of the message; re-sending the same id is a no-op")
-    content: str = Field(description="what was said")
-    role: Role = Field(default=Role.USER, description="user, assistant, system or tool")
-    speaker: str | None = Field(default=None, max_length=MAX_ID_LENGTH, description="who said it (a name)")
-    timestamp: datetime | None = Field(default=None, description="when it was said (ISO 8601); default: now")
-
-
-class Hit(BaseModel):
-    episode_id: str
-    session_id: str
-    title: str
-    content: str
-    timestamp: datetime
-    score: float
-    message_ids: list[str] = Field(description="ids of the source messages")
-    pending: bool = Field(
-        default=False,
-        description="messages stored and recallable but not in an episode yet (the session's open stretch)",
-    )
-
-
-GroupArg = Annotated[str | None, Field(description="group (memory space); omit to use the server's default group")]
-SessionArg = Annotated[str, Field(description="session (conversation thread) id inside the group")]
-SessionsArg = Annotated[list[str] | None, Field(description="only these sessions; default: the whole group")]
-TimeArg = Annotated[str | None, Field(description="time window in words, e.g. 'last week', 'in March 2023'")]
-RefTimeArg = Annotated[datetime | None, Field(description="what 'now' means for `time` (ISO 8601); default: now")]
-
-
-def _hit(hit: Any) -> Hit:
-    episode = hit.episode
-    return Hit(
-        episode_id=episode.uuid,
-        session_id=episode.session_id,
-        title=episode.title,
-        content=episode.content,
-        timestamp=episode.timestamp,
-        score=round(float(hit.score), 6),
-        message_ids=list(episode.source_message_ids),
-        pending=bool(getattr(hit, "pending", False)),
-    )
-
-
-def _scope(sessions: list[str] | None, time: str | None, reference_time: datetime | None) -> dict[str, Any]:
-    options = {"session_ids": sessions, "time": time, "reference_time": reference_time}
-    return {key: value for key, value in options.items() if value is not None}
-
-
-def problems(error: ValidationError) -> str:
-    """What is wrong, by place (``messages.0.timestamp: Input should be a valid datetime``), never
-    the values: they are the caller's data, and may be huge."""
-    found = [f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}" for e in error.errors(include_input=False)]
-    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
-    return "; ".join(found[:3]) + more
+    def correct_episode(
+        self,
+        group_id: str,
+        session_id: str,
+        episode_id: str,
+        *,
+        title: str | None = None,
+        content: str | None = None,
+        reason: str | None = None,
+    ) -> Any: ...
 
 
 class EpimemMCPServer(MCPServer):
@@ -143,14 +110,19 @@ class Tools:
         self.limits = limits
 
     async def run(self, ctx: Context, group: str | None, role: str, call: Callable[[Backend, str], Any]) -> Any:
+        return await self.signed(ctx, group, role, lambda backend, group_id, _actor: call(backend, group_id))
+
+    async def signed(
+        self, ctx: Context, group: str | None, role: str, call: Callable[[Backend, str, str | None], Any]
+    ) -> Any:
+        """``run`` for a call that changes memory: it gets who signs the change (None: the backend's own)."""
         group_id = group or self.default_group
         if not group_id:
             raise ToolError("invalid_input: no group given and the server has no default group (--group)")
-        if self.guard is not None:
-            self.guard(ctx, group_id, role)
+        actor = self.guard(ctx, group_id, role) if self.guard is not None else None
         backend = self.backend()
         try:
-            return await anyio.to_thread.run_sync(lambda: call(backend, group_id))
+            return await anyio.to_thread.run_sync(lambda: call(backend, group_id, actor))
         except EpimemError as error:
             raise ToolError(f"{error.code}: {error.message}") from error
         except ValidationError as error:  # a value the facade's own models refuse
@@ -164,7 +136,7 @@ def build_server(
     guard: Guard | None = None,
     limits: BatchLimits | None = None,
 ) -> MCPServer:
-    """The seven tools on one ``MCPServer``; ``backend()`` is called for every tool call. ``limits``:
+    """The eight tools on one ``MCPServer``; ``backend()`` is called for every tool call. ``limits``:
     the HTTP routes' batch limits (a backend that is a remote server applies its own)."""
     tools = Tools(backend, default_group, guard, limits)
     server = EpimemMCPServer(
@@ -219,12 +191,13 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         sessions: SessionsArg = None,
         time: TimeArg = None,
         reference_time: RefTimeArg = None,
+        filter: FilterArg = None,  # noqa: A002 (the API's name for it)
     ) -> list[Hit]:
         """Find the episodes (remembered stretches of conversation) most relevant to a query; messages
         not in an episode yet come as their session's open stretch (pending: true)."""
-        options = {"k": k, **_scope(sessions, time, reference_time)}
+        options = {"k": k, **scope_of(sessions, time, reference_time, filter)}
         hits = await tools.run(ctx, group, READ, lambda b, g: b.search(g, query, **options))
-        return [_hit(hit) for hit in hits]
+        return [hit_of(hit) for hit in hits]
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def get_context(
@@ -235,10 +208,12 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         sessions: SessionsArg = None,
         time: TimeArg = None,
         reference_time: RefTimeArg = None,
+        filter: FilterArg = None,  # noqa: A002 (the API's name for it)
     ) -> dict[str, Any]:
         """Memory packed for a prompt: cited text within a token budget, in time order (messages just
-        added included; their citations say pending: true)."""
-        options = {"token_budget": token_budget, **_scope(sessions, time, reference_time)}
+        added included; their citations say pending: true). With a speaker filter it cites only what
+        those speakers said."""
+        options = {"token_budget": token_budget, **scope_of(sessions, time, reference_time, filter)}
         result = await tools.run(ctx, group, READ, lambda b, g: b.context(g, query, **options))
         return dict(result.model_dump(mode="json"))
 
@@ -253,9 +228,10 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
         end: Annotated[datetime | None, Field(description="until this time (exclusive, ISO 8601)")] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="episodes per page")] = 20,
         cursor: Annotated[str | None, Field(description="`next_cursor` of the previous page")] = None,
+        filter: FilterArg = None,  # noqa: A002 (the API's name for it)
     ) -> dict[str, Any]:
         """Episodes in time order (oldest first), paged."""
-        params = {"session_id": session, "start": start, "end": end, "limit": limit, "cursor": cursor}
+        params = {"session_id": session, "start": start, "end": end, "limit": limit, "cursor": cursor, "filter": filter}
         params = {key: value for key, value in params.items() if value is not None}
         page = await tools.run(ctx, group, READ, lambda b, g: b.timeline(g, **params))
         return dict(page.model_dump(mode="json"))
@@ -284,6 +260,27 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
         """The sessions (conversation threads) of a group, oldest first."""
         sessions = await tools.run(ctx, group, READ, lambda b, g: b.list_sessions(g))
         return [s.model_dump(mode="json") for s in sessions]
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True, destructive_hint=False, read_only_hint=False))
+    async def correct_episode(
+        ctx: Context,
+        episode_id: Annotated[str, Field(description="the episode's id (from search_memory or get_timeline)")],
+        session: SessionArg,
+        group: GroupArg = None,
+        title: Annotated[str | None, Field(min_length=1, max_length=500, description="the right title")] = None,
+        content: Annotated[str | None, Field(min_length=1, description="the right account of what happened")] = None,
+        reason: Annotated[str | None, Field(max_length=1000, description="why (kept with the revision)")] = None,
+    ) -> dict[str, Any]:
+        """Correct an episode that got something wrong (who said what, a wrong title). The earlier text
+        stays in the episode's revisions; the messages it was made from are not changed."""
+        changes = {"title": title, "content": content, "reason": reason}
+
+        def call(b: Backend, g: str, actor: str | None) -> dict[str, Any]:
+            signed = {"actor": actor} if actor is not None else {}
+            episode = b.correct_episode(g, session, episode_id, **changes, **signed)
+            return {"episode": episode.model_dump(mode="json")}
+
+        return dict(await tools.signed(ctx, group, WRITE, call))
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, read_only_hint=False))
     async def delete_session(ctx: Context, session: SessionArg, group: GroupArg = None) -> dict[str, Any]:

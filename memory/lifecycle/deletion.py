@@ -18,17 +18,22 @@ On embedded Chroma every delete ends by erasing the bytes it left in the data fo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from memory.embedding.embedder import Embedder
 from memory.episodes.generation import EpisodeGenerator
 from memory.errors import NotFoundError
+from memory.lifecycle.reform import Reformer
+from memory.lifecycle.revisions import RevisionKind, RevisionLog
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
-from memory.models import Episode, Message, Segment
+from memory.models import Episode
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorWriter
-from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord, message_record_id
-from memory.text import episode_embedding_text
+from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, message_record_id
+
+# Called with the receipt once the records are gone and before their bytes are erased (the audit trail
+# forgets the removed ids there, so that the erasure takes its old entries too).
+BeforeErase = Callable[[DeletionReceipt], None]
 
 
 class Deleter:
@@ -45,13 +50,14 @@ class Deleter:
         self._log = log
         self._vectors = vectors
         self._admin = admin
-        self._embedder = embedder
-        self._generator = generator
         self._summariser = summariser
+        self._reformer = Reformer(vectors=vectors, embedder=embedder, generator=generator, revisions=RevisionLog(log))
 
     # -- messages and episodes ---------------------------------------------------------------------
 
-    def delete_message(self, group_id: str, session_id: str, message_id: str) -> DeletionReceipt:
+    def delete_message(
+        self, group_id: str, session_id: str, message_id: str, *, before_erase: BeforeErase | None = None
+    ) -> DeletionReceipt:
         if message_id not in self._log.get_messages(group_id, session_id, [message_id]):
             raise NotFoundError("no such message in this session")
         built_from = [e for e in self._session_episodes(group_id, session_id) if message_id in e.source_message_ids]
@@ -62,17 +68,23 @@ class Deleter:
             stored = self._log.get_messages(group_id, session_id, remaining)
             messages = sorted((stored[m].message for m in remaining if m in stored), key=lambda m: m.timestamp)
             if messages:
-                self._regenerate(episode, messages)
+                reason = f"source message {message_id} deleted"
+                self._reformer.reform(episode, messages, kind=RevisionKind.REFORMED, reason=reason)
                 receipt.repaired.append(episode.uuid)
             else:
                 self._delete_vectors(receipt, group_id, session_id, [episode.uuid])
+                self._reformer.revisions.remove(group_id, session_id, [episode.uuid])
                 receipt.episodes.append(episode.uuid)
             changed.add(episode.uuid)
         receipt.merge(self._repair_summaries(group_id, changed))
+        if before_erase is not None:
+            before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
 
-    def delete_episode(self, group_id: str, session_id: str, episode_id: str) -> DeletionReceipt:
+    def delete_episode(
+        self, group_id: str, session_id: str, episode_id: str, *, before_erase: BeforeErase | None = None
+    ) -> DeletionReceipt:
         selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
         found = self._vectors.episodes(group_id, ids=[episode_id], selection=selection)
         if not found:
@@ -85,10 +97,13 @@ class Deleter:
             receipt.summaries.append(episode_id)
         else:
             self._delete_vectors(receipt, group_id, session_id, [episode_id])
+            self._reformer.revisions.remove(group_id, session_id, [episode_id])
             receipt.episodes.append(episode_id)
             stored = self._log.get_messages(group_id, session_id, list(episode.source_message_ids))
             receipt.merge(self._delete_messages(group_id, session_id, list(stored)))
             receipt.merge(self._repair_summaries(group_id, {episode_id}))
+        if before_erase is not None:
+            before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
 
@@ -107,19 +122,6 @@ class Deleter:
     def _session_episodes(self, group_id: str, session_id: str) -> list[Episode]:
         selection = RecordFilter(session_ids=(session_id,), kinds=(RecordKind.EPISODE,))
         return self._vectors.episodes(group_id, selection=selection)
-
-    def _regenerate(self, episode: Episode, messages: Sequence[Message]) -> Episode:
-        """The episode again from what remains, by the same generator; same id, markers kept."""
-        segment = Segment(messages=tuple(messages), boundary_reason=episode.boundary_reason)
-        made = self._generator.generate(
-            segment, group_id=episode.group_id, session_id=episode.session_id, episode_id=episode.uuid
-        )
-        rebuilt = made.model_copy(
-            update={"summarised_by": episode.summarised_by, "user_metadata": episode.user_metadata}
-        )
-        vector = self._embedder.embed_batch([episode_embedding_text(rebuilt)])[0]
-        self._vectors.replace(episode.group_id, episode.session_id, VectorRecord.of_episode(rebuilt, vector))
-        return rebuilt
 
     def _repair_summaries(self, group_id: str, episode_ids: set[str]) -> DeletionReceipt:
         receipt = DeletionReceipt()

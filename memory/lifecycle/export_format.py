@@ -11,7 +11,10 @@ One JSON object per line, in this order:
 5. the group's vectors in stored order: ``{"type": "episode" | "summary", "episode": Episode}``
    and ``{"type": "message_vector", "session_id", "message_id"}``, each with ``"embedding":
    [floats]`` when exported with embeddings
-6. ``{"type": "end", "counts": {...}}``: what the file holds; a file without it is truncated
+6. ``{"type": "revision", "session_id", "episode_id", "revision": Revision}`` per stored revision
+   of a corrected episode (memory.lifecycle.revisions), oldest first; the end record counts them
+   (``"revisions"``) when there are any
+7. ``{"type": "end", "counts": {...}}``: what the file holds; a file without it is truncated
 
 Importing validates the whole file before writing anything. Embeddings are reused only when the
 file's model id equals the service's model (name, dimension and fingerprint); otherwise every
@@ -23,12 +26,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from memory.errors import InvalidInputError
+from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
 
@@ -60,6 +64,7 @@ class ExportContents:
     sessions: list[SessionInfo]
     messages: list[StoredMessage]
     vectors: list[tuple[str, Episode | tuple[str, str], list[float] | None]]
+    revisions: list[tuple[str, str, Revision]] = field(default_factory=list)  # session, episode, revision
 
     @property
     def group_id(self) -> str:
@@ -104,6 +109,8 @@ def read_export(lines: Iterable[str]) -> ExportContents:
     found = {"sessions": len(parsed.sessions), "messages": len(parsed.messages)}
     found |= {"episodes": kinds.count(EpisodeType.EPISODE), "summaries": kinds.count(EpisodeType.SUMMARY)}
     found["message_vectors"] = kinds.count("message_vector")
+    if parsed.revisions:
+        found["revisions"] = len(parsed.revisions)
     if end.get("counts") != found:
         raise InvalidInputError("the file does not hold what its end record counts", details={"found": found})
     _check_citations(parsed, places)
@@ -141,6 +148,9 @@ def _add_record(parsed: ExportContents, item: dict[str, Any], number: int, place
     elif kind == "message_vector":
         ref = (check_scope_id(str(item["session_id"])), str(item["message_id"]))
         parsed.vectors.append((kind, ref, _embedding(item, number)))
+    elif kind == "revision":
+        revision = Revision.model_validate(item["revision"])
+        parsed.revisions.append((check_scope_id(str(item["session_id"])), str(item["episode_id"]), revision))
     else:
         raise InvalidInputError(f"line {number}: unknown record type {kind!r}")
 

@@ -19,6 +19,7 @@ import numpy as np
 from memory.embedding.embedder import Embedder
 from memory.errors import ConflictError, InvalidInputError
 from memory.lifecycle.export_format import FORMAT, VERSION, ExportContents, line, model_identity
+from memory.lifecycle.revisions import Revision, RevisionLog
 from memory.models import Episode, StoredMessage, check_scope_id
 from memory.receipts import ImportReceipt
 from memory.store.protocols import LogWriter, VectorWriter
@@ -36,6 +37,7 @@ class Transfer:
         self._vectors = vectors
         self._embedder = embedder
         self._model_id = model_id
+        self._revisions = RevisionLog(log)
 
     # -- export ---------------------------------------------------------------------------------
 
@@ -45,6 +47,7 @@ class Transfer:
         sessions = self._log.list_sessions(group_id)
         messages = [stored for info in sessions for stored in self._log.list_messages(group_id, info.session_id)]
         records = self._vectors.records(group_id, embeddings=include_embeddings)
+        histories = self._revisions.everything(group_id)
         yield line(
             {
                 "type": "header",
@@ -76,6 +79,11 @@ class Transfer:
             if include_embeddings and record.embedding is not None:
                 item["embedding"] = [float(x) for x in record.embedding]
             yield line(item)
+        for (session_id, episode_id), revisions in sorted(histories.items()):
+            for revision in revisions:
+                dumped = revision.model_dump(mode="json")
+                yield line({"type": "revision", "session_id": session_id, "episode_id": episode_id, "revision": dumped})
+                counts["revisions"] = counts.get("revisions", 0) + 1
         yield line({"type": "end", "counts": counts})
 
     # -- import ---------------------------------------------------------------------------------
@@ -114,6 +122,7 @@ class Transfer:
             self._log.put_session_info(info)
         self._log.put_messages(target, messages)
         self._write_vectors(target, planned, vectors)
+        self._write_revisions(target, parsed.revisions)
         kinds = [kind for kind, _, _ in parsed.vectors]
         return ImportReceipt(
             group_id=target,
@@ -126,6 +135,13 @@ class Transfer:
             summaries=kinds.count(RecordKind.SUMMARY),
             vectors=len(planned),
         )
+
+    def _write_revisions(self, group_id: str, revisions: list[tuple[str, str, Revision]]) -> None:
+        by_episode: dict[tuple[str, str], list[Revision]] = {}
+        for session_id, episode_id, revision in revisions:
+            by_episode.setdefault((session_id, episode_id), []).append(revision)
+        for (session_id, episode_id), items in by_episode.items():
+            self._revisions.put(group_id, session_id, episode_id, items)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         batches = [self._embedder.embed_batch(texts[i : i + EMBED_BATCH]) for i in range(0, len(texts), EMBED_BATCH)]

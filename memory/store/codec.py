@@ -18,13 +18,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memory.models import BoundaryReason, Episode, Message, MessageState, StoredMessage
+from memory.store.filters import RecordFilter
 from memory.timeutil import from_epoch, to_epoch
-
-if TYPE_CHECKING:
-    from memory.store.records import RecordFilter
 
 REGISTRY = "epm-registry"
 GROUP_RECORD_ID = "group"

@@ -18,7 +18,7 @@ from memory.errors import ModelMismatchError
 from memory.store import codec
 from memory.store.connection import ChromaConnection
 from memory.store.paging import pages
-from memory.store.protocols import Row
+from memory.store.records import Row
 
 
 class Collections:

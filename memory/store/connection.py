@@ -37,7 +37,7 @@ from memory.locks import ReadersWriterLock
 from memory.store.erasure import ErasureReport, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
 
-APPEND_JOURNAL = 512  # appends kept per group for the read caches to replay
+CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 
 
 class ChromaConnection:
@@ -62,9 +62,9 @@ class ChromaConnection:
         self._handles: OrderedDict[str, Collection] = OrderedDict()
         self._touched: set[str] = set()
         self._versions: dict[str, int] = {}  # group -> writes by this process (memory.store.versions)
-        # group -> local version -> what that write appended (memory.store.versions: read caches extend
-        # themselves with it instead of rebuilding); emptied by any write that is not an append.
-        self._appends: dict[str, dict[int, Any]] = {}
+        # group -> local version -> what that write changed (memory.store.versions: read caches patch
+        # themselves with it instead of rebuilding); emptied by any write that does not say.
+        self._changes: dict[str, dict[int, Any]] = {}
         self.restarts = 0
         self.client = start()
 
@@ -74,25 +74,26 @@ class ChromaConnection:
         process per folder (memory.store.folder_lock)."""
         return self._stop is None
 
-    def bump(self, group_id: str, appended: Any = None) -> None:
+    def bump(self, group_id: str, change: Any = None) -> None:
         """Count a write of this process to a group's records (what the read caches compare);
-        ``appended``: the write only added these records (kept for the caches, a few hundred writes)."""
+        ``change``: what the write did (memory.store.snapshot_patch.Change; kept for the caches, a few
+        hundred writes), None when it does not say."""
         with self._lock:
             version = self._versions.get(group_id, 0) + 1
             self._versions[group_id] = version
-            journal = self._appends.setdefault(group_id, {})
-            if appended is None:
+            journal = self._changes.setdefault(group_id, {})
+            if change is None:
                 journal.clear()
             else:
-                journal[version] = appended
-                while len(journal) > APPEND_JOURNAL:
+                journal[version] = change
+                while len(journal) > CHANGE_JOURNAL:
                     del journal[min(journal)]
 
-    def appended(self, group_id: str, after: int, upto: int) -> list[Any] | None:
-        """What this process's writes ``after + 1`` … ``upto`` of a group appended, in order; None when
-        one of them was not an append (or is no longer kept)."""
+    def changes(self, group_id: str, after: int, upto: int) -> list[Any] | None:
+        """What this process's writes ``after + 1`` … ``upto`` of a group changed, in order; None when
+        one of them did not say (or is no longer kept)."""
         with self._lock:
-            journal = self._appends.get(group_id, {})
+            journal = self._changes.get(group_id, {})
             found = [journal.get(version) for version in range(after + 1, upto + 1)]
         return None if any(item is None for item in found) else found
 

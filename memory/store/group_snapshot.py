@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,16 @@ class GroupSnapshot:
     def has(self, key: str) -> bool:
         return key in self._derived
 
+    def derived_items(self) -> list[tuple[str, Any]]:
+        with self._lock:
+            return list(self._derived.items())
+
+    def adopt(self, key: str, value: Any) -> None:
+        """A derived structure brought over from the snapshot this one was patched from."""
+        with self._lock:
+            self._derived[key] = value
+            self._derived_bytes[key] = int(getattr(value, "nbytes", 0))
+
     @property
     def total_bytes(self) -> int:
         return self.nbytes + sum(self._derived_bytes.values())
@@ -171,82 +181,23 @@ def columns_snapshot(
     )
 
 
-@dataclass(frozen=True)
-class Appended:
-    """What a write only added to a group (``memory.store.versions.changed``): new vector records (with
-    their embeddings) or new log messages (by log record id)."""
+def rows_bytes(snapshot: GroupSnapshot, positions: Iterable[int]) -> int:
+    """What ``estimate_bytes`` counts for these rows (a patch adds and takes away only its rows')."""
+    total = 0
+    for p in positions:
+        total += len(snapshot.ids[p]) + len(snapshot.documents[p]) + 2 * 56 + 8 * 6 + 13 + 8 * 2
+        total += len(snapshot.message_ids[p]) + 56 if snapshot.message_ids[p] else 0
+        total += len(snapshot.titles[p]) + 56 if snapshot.titles[p] else 0
+        if snapshot.metadatas is not None:
+            metadata = snapshot.metadatas[p]
+            total += 232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values())
+        if snapshot.directions is not None and snapshot.directions.ndim == 2:
+            total += 4 * snapshot.directions.shape[1]
+    return total
 
-    records: tuple[VectorRecord, ...] = ()
-    messages: tuple[tuple[str, Message], ...] = ()
 
-
-def extend(
-    snapshot: GroupSnapshot, appends: list[Appended], version: Version, *, full_group_bytes: int
-) -> GroupSnapshot | None:
-    """The snapshot with what later writes appended, at ``version`` (a new snapshot: readers of the old
-    one keep theirs; derived structures are built again on use). None when it cannot be done exactly:
-    a record replaces one the snapshot holds, or a full snapshot would grow past its size limit."""
-    records = [record for append in appends for record in append.records]
-    seen = set(snapshot.positions)
-    new: list[VectorRecord] = []
-    for record in records:
-        if record.id in seen:
-            return None  # a record rewritten (a retried add): read the group again
-        seen.add(record.id)
-        new.append(record)
-    directions = snapshot.directions
-    if snapshot.full and new:
-        vectors = np.asarray([record.embedding for record in new], dtype=np.float32)
-        if vectors.ndim != 2 or (
-            directions is not None and len(directions) and vectors.shape[1] != directions.shape[1]
-        ):
-            return None
-        total = (len(snapshot) + len(new)) * (FULL_RECORD_BYTES + 4 * vectors.shape[1])
-        if total > full_group_bytes:
-            return None
-        for position, row in enumerate(vectors):  # as the build does: one vector over its norm, in place
-            vectors[position] = row / (float(np.linalg.norm(row)) or 1.0)
-        directions = vectors if directions is None or not len(directions) else np.concatenate([directions, vectors])
-    added = columns_snapshot(
-        snapshot.group_id, version, [r.id for r in new], [r.document for r in new], [dict(r.metadata) for r in new]
-    )
-    names = list(snapshot.session_names)
-    index = {name: code for code, name in enumerate(names)}
-    codes = np.asarray(
-        [index.setdefault(added.session_names[int(c)], len(index)) for c in added.session_codes], dtype=np.int32
-    )
-    names = list(index)
-    ids = snapshot.ids + added.ids
-    extended = GroupSnapshot(
-        group_id=snapshot.group_id,
-        version=version,
-        ids=ids,
-        positions={**snapshot.positions, **{r: len(snapshot) + i for i, r in enumerate(added.ids)}},
-        documents=snapshot.documents + added.documents,
-        kinds=np.concatenate([snapshot.kinds, added.kinds]),
-        session_codes=np.concatenate([snapshot.session_codes, codes]),
-        session_names=names,
-        timestamps=np.concatenate([snapshot.timestamps, added.timestamps]),
-        episode_ids=snapshot.episode_ids + added.episode_ids,
-        message_ids=snapshot.message_ids + added.message_ids,
-        producers=snapshot.producers + added.producers,
-        produced_for=snapshot.produced_for + added.produced_for,
-        titles=snapshot.titles + added.titles,
-        config=snapshot.config,
-        sessions=snapshot.sessions,
-        full=snapshot.full,
-        metadatas=snapshot.metadatas + [dict(r.metadata) for r in new] if snapshot.metadatas is not None else None,
-        directions=directions,
-        messages=None,
-    )
-    if snapshot.messages is not None:
-        messages = dict(snapshot.messages)
-        for append in appends:
-            for record_id, message in append.messages:
-                messages.setdefault(record_id, message)
-        extended.messages = messages
-    extended.nbytes = estimate_bytes(extended)
-    return extended
+def messages_bytes(messages: Iterable[Message]) -> int:
+    return sum(600 + 2 * len(message.content) for message in messages)
 
 
 def estimate_bytes(snapshot: GroupSnapshot) -> int:

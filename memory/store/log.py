@@ -10,9 +10,9 @@ from typing import Any, cast
 from memory.models import GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.group_snapshot import Appended
 from memory.store.paging import PAGE
-from memory.store.protocols import Row
+from memory.store.records import Row
+from memory.store.snapshot_patch import Change
 
 
 class LogStore(StorePart):
@@ -53,7 +53,8 @@ class LogStore(StorePart):
             documents=documents,
             metadatas=cast(Any, metadatas),
         )
-        versions.changed(self._collections, group_id)  # speakers' names live in these records
+        # Speakers' names live in these records.
+        versions.changed(self._collections, group_id, change=Change(group_records=True))
 
     def _document(self, group_id: str, record_id: str) -> str | None:
         log = self._collections.log(group_id, create=False)
@@ -134,6 +135,8 @@ class LogStore(StorePart):
         """Upsert full message records into the group's log (one batch, atomic per call in Chroma)."""
         if messages:
             self._collections.written_log(group_id).upsert(**codec.log_columns(list(messages)))
+            written = tuple((codec.message_record_id(s.session_id, s.message.id), s.message) for s in messages)
+            versions.changed(self._collections, group_id, change=Change(messages=written))
 
     @store_call
     def insert_messages(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
@@ -143,7 +146,7 @@ class LogStore(StorePart):
             self._collections.written_log(group_id).add(**codec.log_columns(list(messages)))
             # Pending messages are read at once (live memory): the read snapshot adds them.
             added = tuple((codec.message_record_id(s.session_id, s.message.id), s.message) for s in messages)
-            versions.changed(self._collections, group_id, appended=Appended(messages=added))
+            versions.changed(self._collections, group_id, change=Change(messages=added, insert=True))
 
     @store_call
     def set_states(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
@@ -203,7 +206,7 @@ class LogStore(StorePart):
         if log is None:
             return []
         removed = self._collections.remove(log, [codec.message_record_id(session_id, m) for m in message_ids])
-        versions.changed(self._collections, group_id)
+        versions.changed(self._collections, group_id, change=Change(removed_messages=tuple(removed)))
         return removed
 
     # -- journals (summary plans) ----------------------------------------------------------------

@@ -11,12 +11,11 @@ import numpy as np
 
 from memory.models import Episode, GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.receipts import DeletionReceipt
-from memory.store.records import RecordFilter, VectorHit, VectorRecord
+from memory.store.records import RecordFilter, Row, VectorHit, VectorRecord
 
 if TYPE_CHECKING:
     from memory.store.group_snapshot import GroupSnapshot
 
-Row = tuple[str, str, dict[str, Any]]  # a log record: id, document, metadata
 Ids = Sequence[str] | None  # record ids (None: every record the selection admits)
 Selection = RecordFilter | None
 

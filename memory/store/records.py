@@ -4,24 +4,28 @@ vector records with typed accessors, query hits, and the filter the read path de
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 
-from memory.models import Episode, EpisodeType, StoredMessage
+from memory.models import Episode, StoredMessage
 from memory.store import codec
+from memory.store.filters import EPISODE_KINDS, RecordFilter, RecordKind
 
+__all__ = [
+    "EPISODE_KINDS",
+    "RecordFilter",
+    "RecordKind",
+    "Row",
+    "VectorHit",
+    "VectorRecord",
+    "is_open_episode_id",
+    "message_record_id",
+    "open_episode_id",
+]
 
-class RecordKind(StrEnum):
-    """What a vector record is: an episode, a summary (both ``Episode`` models) or one message."""
+Row = tuple[str, str, dict[str, Any]]  # a log record: id, document, metadata
 
-    EPISODE = EpisodeType.EPISODE.value
-    SUMMARY = EpisodeType.SUMMARY.value
-    MESSAGE = "message"
-
-
-EPISODE_KINDS = (RecordKind.EPISODE, RecordKind.SUMMARY)
 
 # The id of a message's vector record (and of its log record), from its session and message id.
 message_record_id = codec.message_record_id
@@ -118,23 +122,3 @@ class VectorHit:
     @property
     def similarity(self) -> float:
         return 1.0 - self.distance
-
-
-@dataclass(frozen=True)
-class RecordFilter:
-    """Which vector records of a group to read.
-
-    ``session_ids``: only these sessions (exactly one = that session's partition is read instead of
-    the group index); ``kinds``: only these record kinds; the event time (epoch seconds) ``>= since``,
-    ``< before`` and ``<= until``. Unset fields do not filter.
-    """
-
-    kinds: tuple[RecordKind, ...] | None = None
-    session_ids: tuple[str, ...] | None = None
-    since: float | None = None
-    before: float | None = None
-    until: float | None = None
-
-    @property
-    def single_session(self) -> str | None:
-        return self.session_ids[0] if self.session_ids is not None and len(self.session_ids) == 1 else None

@@ -33,8 +33,9 @@ import numpy as np
 
 from memory.models import GroupConfiguration, Message, SessionInfo
 from memory.store import codec, versions
-from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, estimate_bytes, extend
+from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, estimate_bytes
 from memory.store.paging import pages
+from memory.store.snapshot_patch import diff, inherit, patch
 from memory.store.versions import Version
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class CacheStats:
     evictions: int
     invalidations: int
     build_seconds: float
-    extensions: int = 0  # builds that only added what writes appended (no read of the group)
+    extensions: int = 0  # builds that patched the cached snapshot with what writes changed (no read of the group)
 
 
 class SnapshotCache:
@@ -121,7 +122,11 @@ class SnapshotCache:
             cached = self.cached(group_id)
             if cached is not None and cached.version == version:
                 return cached
-            snapshot = self._extended(cached, version) or self._build(group_id, version)
+            snapshot = self._extended(cached, version)
+            if snapshot is None:
+                snapshot = self._build(group_id, version)
+                if cached is not None and len(cached):  # its derived structures patched, not built again
+                    inherit(snapshot, cached, diff(cached, snapshot))
             with self._lock:
                 if cached is not None:
                     self.invalidations += 1
@@ -138,6 +143,27 @@ class SnapshotCache:
                 self._entries.clear()
             else:
                 self._entries.pop(group_id, None)
+
+    def scrub(self, group_id: str) -> None:
+        """Called after a delete (and other changes the service announces): the group's cached snapshot is
+        replaced at once by one patched with what this process's writes since changed (deleted rows,
+        messages and keyword tokens gone), or dropped when that cannot be done (a Chroma server, a
+        write not journaled); nothing deleted stays cached until the next read."""
+        with self._lock:
+            building = self._building.setdefault(group_id, threading.Lock())
+        with building:
+            with self._lock:
+                cached = self._entries.pop(group_id, None)
+            if cached is None or self._collections.connection.shared:
+                return
+            with self._collections.connection.call():
+                snapshot = self._extended(cached, (versions.local(self._collections, group_id), None))
+            if snapshot is not None:
+                with self._lock:
+                    self._entries[group_id] = snapshot
+                    self.builds += 1
+                    self.invalidations += 1
+                    self.build_seconds += snapshot.built_s
 
     def groups(self) -> list[str]:
         with self._lock:
@@ -184,20 +210,28 @@ class SnapshotCache:
     # -- building -----------------------------------------------------------------------------------
 
     def _extended(self, cached: GroupSnapshot | None, version: Version) -> GroupSnapshot | None:
-        """The cached snapshot with what this process's writes since appended (pending messages as they
-        are added), when every one of them only appended: no read of the group. Embedded only (with a
-        Chroma server, other servers' writes are known by their stamp alone)."""
+        """The cached snapshot patched with what this process's writes since changed (memory.store.
+        snapshot_patch), when every one of them is journaled: no read of the group's records, and its
+        keyword index patched rather than built again. Embedded only (with a Chroma server, other
+        servers' writes are known by their stamp alone)."""
         connection = self._collections.connection
         if cached is None or connection.shared or version[0] <= cached.version[0]:
             return None
-        appends = connection.appended(cached.group_id, cached.version[0], version[0])
-        if appends is None:
+        changes = connection.changes(cached.group_id, cached.version[0], version[0])
+        if changes is None:
             return None
         started = time.perf_counter()
-        snapshot = extend(cached, appends, version, full_group_bytes=self.full_group_bytes)
-        if snapshot is not None:
-            snapshot.built_s = time.perf_counter() - started
-            self.extensions += 1
+        found = patch(cached, changes, version, full_group_bytes=self.full_group_bytes)
+        if found is None:
+            return None
+        snapshot, how = found
+        if any(change.group_records for change in changes):
+            log = self._collections.log(snapshot.group_id, create=False)
+            if log is not None:
+                snapshot.config, snapshot.sessions = _group_records(self._collections, log, snapshot.group_id)
+        inherit(snapshot, cached, how)
+        snapshot.built_s = time.perf_counter() - started
+        self.extensions += 1
         return snapshot
 
     def _build(self, group_id: str, version: Version) -> GroupSnapshot:

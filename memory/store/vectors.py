@@ -13,10 +13,11 @@ from memory.models import Episode
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.collections import Collections
-from memory.store.group_snapshot import Appended, GroupSnapshot
+from memory.store.group_snapshot import GroupSnapshot
 from memory.store.paging import WRITE_BATCH, pages
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
+from memory.store.snapshot_patch import Change
 from memory.store.snapshots import SnapshotCache
 
 
@@ -52,15 +53,15 @@ class VectorStore(StorePart):
 
     @store_call
     def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord], *, new: bool = False) -> None:
-        """Write to the partition first, then the group index (both idempotent by id). ``new``: records
-        the group does not hold yet (a read snapshot adds them instead of reading the group again)."""
+        """Write to the partition first, then the group index (both idempotent by id); the read snapshot
+        is patched with them (memory.store.snapshot_patch). ``new``: records the group does not hold yet
+        (kept for callers; the patch finds out itself)."""
         if not records:
             return
         columns = _columns(records)
         for collection in self._both(group_id, session_id, create=True):
             collection.upsert(**columns)
-        appended = Appended(records=tuple(records)) if new else None
-        versions.changed(self._collections, group_id, appended=appended)
+        versions.changed(self._collections, group_id, change=Change(records=tuple(records)))
 
     @store_call
     def upsert_sessions(self, group_id: str, records: Mapping[str, Sequence[VectorRecord]]) -> None:
@@ -78,7 +79,7 @@ class VectorStore(StorePart):
         everything = [record for found in batches.values() for record in found]
         for start in range(0, len(everything), WRITE_BATCH):
             index.upsert(**_columns(everything[start : start + WRITE_BATCH]))
-        versions.changed(self._collections, group_id)
+        versions.changed(self._collections, group_id, change=Change(records=tuple(everything)))
 
     @store_call
     def replace(self, group_id: str, session_id: str, record: VectorRecord) -> None:
@@ -95,7 +96,7 @@ class VectorStore(StorePart):
             )
             if stale:  # a key updated to None is removed
                 collection.update(ids=[record.id], metadatas=cast(Any, [dict.fromkeys(stale)]))
-        versions.changed(self._collections, group_id)
+        versions.changed(self._collections, group_id, change=Change(records=(record,), merge=False))
 
     @store_call
     def update_metadata(
@@ -105,7 +106,8 @@ class VectorStore(StorePart):
         if ids:
             for collection in self._both(group_id, session_id, create=False):
                 collection.update(ids=list(ids), metadatas=cast(Any, list(metadatas)))
-            versions.changed(self._collections, group_id)
+            updates = tuple(zip(ids, (dict(m) for m in metadatas), strict=True))
+            versions.changed(self._collections, group_id, change=Change(updates=updates))
 
     @store_call
     def delete(self, group_id: str, session_id: str, ids: Sequence[str]) -> tuple[int, list[str]]:
@@ -114,7 +116,7 @@ class VectorStore(StorePart):
         if ids:
             for collection in self._both(group_id, session_id, create=False):
                 removed += self._collections.remove(collection, ids)
-            versions.changed(self._collections, group_id)
+            versions.changed(self._collections, group_id, change=Change(removed=tuple(ids)))
         return len(removed), removed
 
     @store_call

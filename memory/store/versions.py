@@ -31,12 +31,12 @@ if TYPE_CHECKING:
 Version = tuple[int, str | None]  # (writes of this process, the shared stamp; None: embedded or no record)
 
 
-def changed(collections: Collections, group_id: str, *, stamp: bool = True, appended: Any = None) -> None:
-    """Record a write to the group's records (inside a store call, after the write). ``appended``: the
-    write only added records (``memory.store.group_snapshot.Appended``), which an embedded read cache
-    adds to its snapshot instead of reading the group again."""
+def changed(collections: Collections, group_id: str, *, stamp: bool = True, change: Any = None) -> None:
+    """Record a write to the group's records (inside a store call, after the write). ``change``: what
+    the write did (``memory.store.snapshot_patch.Change``), which an embedded read cache applies to its
+    snapshot instead of reading the group again; None: the next read reads the group again."""
     connection = collections.connection
-    connection.bump(group_id, appended)
+    connection.bump(group_id, change)
     if stamp and connection.shared:
         # Its own handle, not the cached ones: the stamp is bookkeeping beside the write it follows.
         registry = connection.client.get_or_create_collection(

@@ -68,10 +68,11 @@ def app_routes() -> list[tuple[str, str, str]]:
 
 
 def required_role(method: str, path: str) -> str:
-    """The documented role table (README): deletes, export and metrics need admin; writes need write."""
-    if method == "DELETE" or path.endswith("/export") or path == "/metrics":
+    """The documented role table (README): deletes, redaction, audit, export and metrics need admin; writes
+    (corrections too) need write."""
+    if method == "DELETE" or path.endswith(("/export", "/redact", "/audit")) or path == "/metrics":
         return "admin"
-    if method in ("POST", "PUT") and not path.endswith(("/search", "/context")):
+    if method in ("POST", "PUT", "PATCH") and not path.endswith(("/search", "/context")):
         return "write"
     return "read"
 
@@ -102,7 +103,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransforme
 
 def call(client: TestClient, method: str, path: str, group_id: str, key: str | None) -> tuple[int, dict]:
     headers = {"authorization": f"Bearer {KEYS[key]['key']}"} if key else {}
-    if method in ("POST", "PUT"):
+    if method in ("POST", "PUT", "PATCH"):
         response = client.request(method, url(path, group_id), headers=headers, content=b"{}")
     else:
         response = client.request(method, url(path, group_id), headers=headers)

@@ -154,3 +154,49 @@ def test_epimem_serve_answers_http(tmp_path: Path) -> None:
     assert "Rex" not in "\n".join(json.dumps(line) for line in access)  # message content is never logged
     # SIGTERM: uvicorn shuts down cleanly, then re-raises the signal it captured.
     assert process.returncode in (0, -15) and "Finished server process" in text, text[-2000:]
+
+
+MELANIE = {"D1:2", "D1:4", "D2:1", "D2:3"}  # the ids of Melanie's turns in locomo_file
+
+
+def test_correct_revisions_redact_audit_and_speaker_filters(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder
+) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    run(embedder, "import", str(locomo_file(tmp_path / "locomo.json")), *data, "--json")
+    page = json.loads(run(embedder, "timeline", "conv-t", *data, "--json"))
+    episode = page["episodes"][0]
+    session, episode_id = episode["session_id"], episode["uuid"]
+    corrected = json.loads(
+        run(
+            embedder,
+            "correct",
+            "conv-t",
+            session,
+            episode_id,
+            "--title",
+            "Rex comes home",
+            "--reason",
+            "r",
+            *data,
+            "--json",
+        )
+    )
+    assert corrected["title"] == "Rex comes home"
+    history = json.loads(run(embedder, "revisions", "conv-t", session, episode_id, *data, "--json"))
+    assert [(r["kind"], r["changed_by"]) for r in history] == [("generated", "epimem"), ("correction", "local")]
+    assert "Rex comes home" in run(embedder, "revisions", "conv-t", session, episode_id, *data)
+
+    message = episode["source_message_ids"][0]
+    refused = runner.invoke(app, ["redact", "conv-t", session, message, *data], obj={"embedder": embedder}, input="n\n")
+    assert refused.exit_code != 0 and "for good" in refused.output
+    receipt = json.loads(run(embedder, "redact", "conv-t", session, message, "--yes", *data, "--json"))
+    assert receipt["redacted"] is True and receipt["episodes"] == [episode_id]
+    assert "redacted already" in run(embedder, "redact", "conv-t", session, message, "--yes", *data)
+
+    trail = json.loads(run(embedder, "audit", "conv-t", *data, "--json"))
+    assert [e["action"] for e in trail["entries"][:2]] == ["redact", "correct"]
+    hits = json.loads(run(embedder, "search", "conv-t", "painting gallery", "--speaker", "Melanie", *data, "--json"))
+    assert hits and all(m.startswith("D2") or m.startswith("D1") for h in hits for m in h["matched_message_ids"])
+    text = run(embedder, "context", "conv-t", "Rex painting gallery", "--speaker", "Melanie", *data)
+    assert "Melanie:" in text and "Caroline:" not in text

@@ -142,3 +142,14 @@ def test_docs_example(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         seed_rex_chat(memory, "team-a")
     namespace = run_block(__file__, url, monkeypatch)
     assert "Rex" in namespace["answer"]
+
+
+def test_retriever_with_a_speaker_filter(url: str) -> None:
+    with EpimemClient(url) as client:
+        seed_rex_chat(client, "team-a")
+        only = {"speakers": ["Melanie"]}
+        docs = EpimemRetriever(memory=client, group_id="team-a", mode="context", filter=only).invoke("Rex the dog")
+        text = format_docs(docs)
+        assert "Melanie:" in text and "Caroline:" not in text
+        none = EpimemRetriever(memory=client, group_id="team-a", filter={"roles": ["tool"]}).invoke("Rex")
+        assert none == []

@@ -95,3 +95,13 @@ def test_docs_example(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
         seed_rex_chat(client, "team-a")
     namespace = run_block(__file__, url, monkeypatch)
     assert "Rex" in namespace["prompt"]
+
+
+def test_retriever_with_a_speaker_filter(url: str) -> None:
+    with EpimemClient(url) as client:
+        seed_rex_chat(client, "team-a")
+        only = {"speakers": ["Melanie"]}
+        cited = EpimemRetriever(client, group_id="team-a", mode="context", filter=only).retrieve("Rex the dog")
+        text = "\n".join(n.node.get_content() for n in cited)
+        assert "Melanie:" in text and "Caroline:" not in text
+        assert EpimemRetriever(client, group_id="team-a", filter={"roles": ["tool"]}).retrieve("Rex") == []

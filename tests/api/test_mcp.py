@@ -36,6 +36,7 @@ TOOLS = {
     "get_timeline",
     "get_episode",
     "list_sessions",
+    "correct_episode",
     "delete_session",
 }
 ADMIN = "admin-key-0123456789abcdef"
@@ -100,6 +101,21 @@ async def exercise(client: Client, group: str | None) -> None:
         await client.call_tool("get_episode", {**where, "session": "chat-1", "episode_id": hits[0]["episode_id"]})
     )
     assert {m["id"] for m in episode["messages"]} == set(hits[0]["message_ids"])
+    melanie = data(
+        await client.call_tool("get_context", {**where, "query": "Rex the dog", "filter": {"speakers": ["Melanie"]}})
+    )
+    cited = {m for c in melanie["citations"] for m in c["message_ids"]}
+    assert cited and cited <= {"m1", "m3"} and "Caroline:" not in melanie["text"]
+    assert data(await client.call_tool("search_memory", {**where, "query": "Rex", "filter": {"roles": ["tool"]}})) == []
+    bad = await client.call_tool("search_memory", {**where, "query": "Rex", "filter": {"metadata": {"$where": "1"}}})
+    assert bad.is_error and "invalid_input" in bad.content[0].text
+    corrected = data(
+        await client.call_tool(
+            "correct_episode",
+            {**where, "session": "chat-1", "episode_id": hits[0]["episode_id"], "title": "Rex, the golden retriever"},
+        )
+    )
+    assert corrected["episode"]["title"] == "Rex, the golden retriever"
     sessions = data(await client.call_tool("list_sessions", where))
     assert [s["session_id"] for s in sessions] == ["chat-1"]
     deleted = data(await client.call_tool("delete_session", {**where, "session": "chat-1"}))
@@ -173,6 +189,9 @@ def test_streamable_http_round_trip_with_keys_and_scope(keyed_server: AppServer)
     async def main() -> None:
         async with http_client(url, ADMIN) as client:  # exercise ends with a delete: admin, as over HTTP
             await exercise(client, "team-a")
+            assert keyed_server.service is not None
+            signed = [e.actor for e in keyed_server.service.audit("team-a").entries if e.action == "correct"]
+            assert signed and signed[0].startswith("key-") and ADMIN not in signed[0]  # the key's id, not its secret
             other = await client.call_tool("search_memory", {"group": "team-b", "query": "Rex"})
             assert other.is_error and "forbidden" in other.content[0].text
             bad = await client.call_tool("search_memory", {"group": "team-a", "query": "x", "sessions": ["a\x00b"]})

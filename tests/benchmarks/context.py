@@ -155,6 +155,7 @@ def main() -> None:
         c.heading(f"context: {len(samples)} LoCoMo conversation(s), budget {BUDGET}, over HTTP in this process{mode}")
         c.line("ingest (s)", seconds=time.perf_counter() - started)
         floor = Floor(service)
+        run = int(time.time())
         all_times: dict[str, list[float]] = {"context": [], "floor": []}
         recalls: list[float] = []
         with InProcessServer(service) as server, httpx.Client(base_url=server.url, timeout=120) as http:
@@ -179,10 +180,13 @@ def main() -> None:
                 found: dict[int, Any] = {}
 
                 def write(i: int, group: str = group) -> None:
-                    said = [
-                        {"id": f"w{i}-{n}", "content": f"Status {i}.{n}: all quiet, just checking in."} for n in (0, 1)
+                    said = [  # ids of this run: a reused data folder already holds earlier runs' writes
+                        {"id": f"w{run}-{i}-{n}", "content": f"Status {i}.{n}: all quiet, just checking in."}
+                        for n in (0, 1)
                     ]
-                    http.post(f"/v1/groups/{group}/sessions/live-writes/messages", json={"messages": said})
+                    http.post(
+                        f"/v1/groups/{group}/sessions/live-writes/messages", json={"messages": said}
+                    ).raise_for_status()
 
                 times = c.interleaved(
                     {

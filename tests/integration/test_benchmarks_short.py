@@ -36,10 +36,16 @@ EXPECTED = {
         "query embedding hit (ms)",
     ],
     "ingest.py": ["ingest (s)", "texts embedded", "encode-only (s)", "ratio ingest / encode-only"],
+    "keyword_patch.py": [
+        "bm25s rebuild (ms)",
+        "postings build (ms)",
+        "postings patch (ms)",
+        "ratio rebuild / add patch",
+    ],
 }
 # embedding_backends.py is not run here: its ONNX export alone takes minutes on 2 cores. The
 # backends' correctness is tested in tests/memory/test_embedding_backends.py; the script is run by hand.
-NEEDS_LOCOMO = {"ingest.py"}
+NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py"}
 
 
 @pytest.mark.slow

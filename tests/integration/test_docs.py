@@ -164,6 +164,12 @@ SHOWS = {
     "cli.md": ["epimem-demo-1", "Rotterdam"],
     "jsonl.md": ["team-a", "billing"],
     "python.md": ["['1', '2', '3']", "vectors rebuilt with"],
+    "correcting.md": [
+        "[(0, 'generated', 'epimem'), (1, 'correction', 'local')]",
+        "{'ben'}",
+        "True [redacted]",
+        "['redact', 'correct', 'flush', 'add']",
+    ],
 }
 
 

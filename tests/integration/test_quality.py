@@ -21,3 +21,57 @@ from helpers.paths import BIN, ROOT
 def test_static_check(command: list[str]) -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+
+
+PACKAGES = ("memory", "retrieval", "api", "epimem_client")
+MAX_MODULE_LINES = 400
+
+
+def import_cycles() -> list[list[str]]:
+    """Groups of the project's modules that import each other, directly or through others (Tarjan's strongly
+    connected components over the import graph; imports inside functions and under TYPE_CHECKING count too)."""
+    import grimp  # comes with import-linter
+
+    graph = grimp.build_graph(*PACKAGES)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycles_among_the_projects_modules() -> None:
+    assert import_cycles() == []
+
+
+def test_no_module_is_over_400_lines() -> None:
+    sources = [path for package in ("memory", "retrieval", "api") for path in (ROOT / package).rglob("*.py")]
+    sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
+    long = {str(p.relative_to(ROOT)): n for p in sources if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert sources and long == {}

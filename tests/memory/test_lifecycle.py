@@ -4,13 +4,12 @@ re-embedding — over real Chroma (embedded and server) and the real model."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 import pytest
 from helpers.builders import REFERENCE, T0, chat, two_episode_session
+from helpers.embedders import ProjectedEmbedder
 
 from api.facade import Epimem
 from memory.episodes.generation import GeneratorStats, OfflineEpisodeGenerator
@@ -271,37 +270,6 @@ def _journal(summary: Episode) -> str:
 
 
 # -- model change ----------------------------------------------------------------------------------------------
-
-
-class ProjectedEmbedder:
-    """The real bundled model projected onto its first ``dims`` dimensions and renormalised: for the
-    store, another embedding model (other name, dimension and vectors)."""
-
-    def __init__(self, inner: Any, dims: int = 256) -> None:
-        self._inner = inner
-        self._dims = dims
-
-    @property
-    def model_id(self) -> str:
-        return f"minilm-projected:{self._dims}:test0001"
-
-    @property
-    def dimension(self) -> int:
-        return self._dims
-
-    @property
-    def max_tokens(self) -> int:
-        return int(self._inner.max_tokens)
-
-    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        vectors = self._inner.embed_batch(texts)[:, : self._dims]
-        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return self.embed_batch([text])[0]
-
-    def count_tokens(self, text: str) -> int:
-        return int(self._inner.count_tokens(text))
 
 
 def test_another_model_is_refused_until_reembed(service: Epimem, settings_for, embedder, group_id: str) -> None:

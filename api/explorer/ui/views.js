@@ -4,6 +4,7 @@
 (function () {
   const { api, g, gs, explain, h, fmtTime, fmtSpan, plural, colourOf, GENERATION_WORDS, BOUNDARY_WORDS, emptyState, metaList }
     = window.epimemCore;
+  const fix = window.epimemCorrections;
   const TIMELINE_PAGE = 100;
   let lastContext = 0;
 
@@ -142,7 +143,8 @@
     ctx.canDelete() ? h("button", { type: "button", class: "danger small", "aria-label": `Delete message ${message.id}`,
       onclick: () => remove(ctx, group, `message ${message.id}`, "Its episode is rebuilt from the remaining messages "
         + "(or deleted when none remain).", gs(group, session) + "/messages/" + encodeURIComponent(message.id), receipt) },
-    "Delete message") : null));
+    "Delete message") : null,
+    data.pending ? null : fix.redactButton(ctx, group, session, message, receipt)));
     ctx.render(ep.title,
       h("p", {}, h("a", { href: ctx.route("g", group, "timeline") + "?session=" + encodeURIComponent(session) }, "← Timeline of " + session)),
       h("article", { class: "card" + (data.pending ? " pending" : "") },
@@ -158,7 +160,10 @@
         ctx.canDelete() && !data.pending ? h("button", { type: "button", class: "danger", id: "delete-episode",
           onclick: () => remove(ctx, group, `episode “${ep.title}”`, "The episode and the messages it was made of are deleted.",
             gs(group, session) + "/episodes/" + encodeURIComponent(ep.uuid), receipt) }, "Delete episode") : null),
+      h("div", { "aria-live": "polite", id: "correction-out" }),
       receipt,
+      data.pending ? null : fix.correctionForm(ctx, group, session, ep, receipt),
+      data.pending ? null : fix.revisionsList(group, session, ep),
       h("h2", {}, "Source messages, in order"),
       messages.length ? h("ol", { class: "messages" }, messages) : emptyState("No source messages.", null));
     if (highlight) document.getElementById("m-" + highlight)?.scrollIntoView({ block: "center" });
@@ -174,9 +179,10 @@
     const k = h("input", { id: "s-k", name: "k", type: "number", min: 1, max: 200, value: 10 });
     const select = sessionSelect("s-session", data.sessions, "");
     const time = timeFilter("s-time", "");
+    const speaker = fix.speakerInput("s-speaker");
     const form = h("form", { class: "filters", role: "search", onsubmit: async (event) => {
       event.preventDefault();
-      const body = { query: q.value, k: Number(k.value) || 10 };
+      const body = { query: q.value, k: Number(k.value) || 10, filter: fix.filterOf(speaker) };
       if (select.value) body.session_ids = [select.value];
       const text = time.querySelector("input").value.trim();
       if (text) { body.time = text; if (data.group.last) body.reference_time = justAfter(data.group.last); }
@@ -189,6 +195,7 @@
       }
     } },
     field("Query", q), field("Results (k)", k), field("Session", select), time,
+    field("Speaker", speaker, "only what they said; an id or a name, commas for several"),
     h("div", { class: "field" }, h("button", { type: "submit" }, "Search")));
     ctx.render("Search", h("div", { class: "heading" }, h("h1", {}, "Search"),
       h("p", { class: "muted" }, "By meaning and keyword; each hit shows the score parts the API returns.")), form, results);
@@ -222,11 +229,12 @@
     const q = h("input", { id: "c-query", required: true, autocomplete: "off" });
     const budget = h("input", { id: "c-budget", type: "range", min: 16, max: 2000, step: 4, value: 300 });  // 300 on the steps
     const shown = h("output", { for: "c-budget", id: "c-budget-value" }, "300 tokens");
+    const speaker = fix.speakerInput("c-speaker");
     let timer = null;
     const build = async () => {
       if (!q.value.trim()) return;
       const ticket = ++lastContext;
-      const body = { query: q.value, token_budget: Number(budget.value) };
+      const body = { query: q.value, token_budget: Number(budget.value), filter: fix.filterOf(speaker) };
       try {
         const result = await api.request("POST", g(group) + "/context", { body });
         if (ticket === lastContext) out.replaceChildren(...renderContext(ctx, group, result, body.token_budget));
@@ -241,6 +249,7 @@
     });
     const form = h("form", { class: "filters", onsubmit: (event) => { event.preventDefault(); build(); } },
       field("Question", q), h("div", { class: "field" }, h("label", { for: "c-budget" }, "Token budget"), budget, shown),
+      field("Speaker", speaker, "cite only what they said; an id or a name, commas for several"),
       h("div", { class: "field" }, h("button", { type: "submit" }, "Build context")));
     ctx.render("Context", h("div", { class: "heading" }, h("h1", {}, "Context preview"),
       h("p", { class: "muted" }, `The exact text a prompt would receive from ${group}, with what each piece cites.`)),
@@ -364,6 +373,7 @@
         h("div", { class: "field check" }, embeddings, h("label", { for: "x-embeddings" }, "include the vectors")),
         h("button", { type: "button", id: "export", onclick: () => exportGroup(ctx, group, embeddings.checked, slot) }, "Download export")),
       slot,
+      fix.auditTrail(group),
       h("h2", {}, "Sessions"),
       rows.length ? ctx.table("Sessions to delete", ["Session", "Messages", "Episodes", "Last", ""], rows)
         : emptyState("No sessions left.", null));

@@ -16,6 +16,8 @@ from epimem_client.errors import (
 )
 from epimem_client.models import (
     AddReceipt,
+    AuditEntry,
+    AuditPage,
     Citation,
     ContextResult,
     DeletionReceipt,
@@ -23,6 +25,8 @@ from epimem_client.models import (
     GroupConfiguration,
     ImportReceipt,
     Message,
+    RedactionReceipt,
+    Revision,
     ScoreComponents,
     SearchHit,
     SessionInfo,
@@ -32,6 +36,8 @@ from epimem_client.models import (
 __all__ = [
     "AddReceipt",
     "AsyncEpimemClient",
+    "AuditEntry",
+    "AuditPage",
     "Citation",
     "ConflictError",
     "ContextResult",
@@ -46,6 +52,8 @@ __all__ = [
     "Message",
     "NotFoundError",
     "PayloadTooLargeError",
+    "RedactionReceipt",
+    "Revision",
     "ScoreComponents",
     "SearchHit",
     "ServerUnreachableError",

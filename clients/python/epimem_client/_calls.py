@@ -4,6 +4,7 @@ a failed connection as ``ServerUnreachableError``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,7 +18,9 @@ from pydantic import BaseModel
 from epimem_client import errors
 from epimem_client.models import (
     AddReceipt,
+    AuditPage,
     ContextResult,
+    CorrectedOut,
     DeletionReceipt,
     Episode,
     EpisodeOut,
@@ -26,6 +29,8 @@ from epimem_client.models import (
     HistoryOut,
     ImportReceipt,
     Message,
+    RedactionReceipt,
+    RevisionsOut,
     SearchHit,
     SearchOut,
     SessionInfo,
@@ -155,7 +160,18 @@ def _query_json(query: str | BaseModel, options: dict[str, Any]) -> dict[str, An
 
 
 def _params(**values: Any) -> dict[str, Any]:
-    return {k: (v.isoformat() if isinstance(v, datetime) else str(v)) for k, v in values.items() if v is not None}
+    return {k: _param(v) for k, v in values.items() if v is not None}
+
+
+def _param(value: Any) -> str:
+    """A query-string value: times in ISO 8601, a filter (a mapping or a model) as its JSON."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, BaseModel):
+        return value.model_dump_json(exclude_none=True)
+    if isinstance(value, Mapping):
+        return json.dumps(value)
+    return str(value)
 
 
 def _delete(path: str) -> Call[DeletionReceipt]:
@@ -164,6 +180,30 @@ def _delete(path: str) -> Call[DeletionReceipt]:
 
 class Calls:
     """Every operation, described once."""
+
+    @staticmethod
+    def correct_episode(group_id: str, session_id: str, episode_id: str, changes: dict[str, Any]) -> Call[Episode]:
+        path = f"{session_path(group_id, session_id)}/episodes/{path_segment(episode_id)}"
+        body = {k: v for k, v in changes.items() if v is not None}
+        return Call("PATCH", path, _part(CorrectedOut, "episode"), json=body)
+
+    @staticmethod
+    def episode_revisions(group_id: str, session_id: str, episode_id: str) -> Call[Any]:
+        path = f"{session_path(group_id, session_id)}/episodes/{path_segment(episode_id)}/revisions"
+        return Call("GET", path, _part(RevisionsOut, "revisions"))
+
+    @staticmethod
+    def redact_message(
+        group_id: str, session_id: str, message_id: str, replacement: str | None
+    ) -> Call[RedactionReceipt]:
+        path = f"{session_path(group_id, session_id)}/messages/{path_segment(message_id)}/redact"
+        body = {"replacement": replacement} if replacement is not None else None
+        return Call("POST", path, _model(RedactionReceipt), json=body)
+
+    @staticmethod
+    def audit(group_id: str, limit: int, cursor: str | None) -> Call[AuditPage]:
+        params = _params(limit=limit, cursor=cursor)
+        return Call("GET", group_path(group_id) + "/audit", _model(AuditPage), params=params)
 
     @staticmethod
     def add_messages(group_id: str, session_id: str, messages: Iterable[MessageInput]) -> Call[AddReceipt]:

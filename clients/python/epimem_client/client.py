@@ -22,12 +22,15 @@ from pydantic import BaseModel
 from epimem_client._calls import Call, Calls, MessageInput, SummaryOptions, error_from_response, unreachable
 from epimem_client.models import (
     AddReceipt,
+    AuditPage,
     ContextResult,
     DeletionReceipt,
     Episode,
     GroupConfiguration,
     ImportReceipt,
     Message,
+    RedactionReceipt,
+    Revision,
     SearchHit,
     SessionInfo,
     TimelinePage,
@@ -170,6 +173,33 @@ class EpimemClient(_Client[httpx.Client]):
         except httpx.TransportError as error:
             raise unreachable(self._http.base_url, error) from error
 
+    # -- correcting memory -------------------------------------------------------------------------
+
+    def correct_episode(
+        self,
+        group_id: str,
+        session_id: str,
+        episode_id: str,
+        *,
+        title: str | None = None,
+        content: str | None = None,
+        user_metadata: dict[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Episode:
+        changes = {"title": title, "content": content, "user_metadata": user_metadata, "reason": reason}
+        return self._do(Calls.correct_episode(group_id, session_id, episode_id, changes))
+
+    def episode_revisions(self, group_id: str, session_id: str, episode_id: str) -> list[Revision]:
+        return self._do(Calls.episode_revisions(group_id, session_id, episode_id))  # type: ignore[no-any-return]
+
+    def redact_message(
+        self, group_id: str, session_id: str, message_id: str, *, replacement: str | None = None
+    ) -> RedactionReceipt:
+        return self._do(Calls.redact_message(group_id, session_id, message_id, replacement))
+
+    def audit(self, group_id: str, *, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        return self._do(Calls.audit(group_id, limit, cursor))
+
     def ready(self) -> bool:
         """Whether the server answers and is ready; ``False`` when none answers."""
         try:
@@ -251,6 +281,33 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient]):
 
     async def delete_group(self, group_id: str) -> DeletionReceipt:
         return await self._do(Calls.delete_group(group_id))
+
+    # -- correcting memory -------------------------------------------------------------------------
+
+    async def correct_episode(
+        self,
+        group_id: str,
+        session_id: str,
+        episode_id: str,
+        *,
+        title: str | None = None,
+        content: str | None = None,
+        user_metadata: dict[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Episode:
+        changes = {"title": title, "content": content, "user_metadata": user_metadata, "reason": reason}
+        return await self._do(Calls.correct_episode(group_id, session_id, episode_id, changes))
+
+    async def episode_revisions(self, group_id: str, session_id: str, episode_id: str) -> list[Revision]:
+        return await self._do(Calls.episode_revisions(group_id, session_id, episode_id))  # type: ignore[no-any-return]
+
+    async def redact_message(
+        self, group_id: str, session_id: str, message_id: str, *, replacement: str | None = None
+    ) -> RedactionReceipt:
+        return await self._do(Calls.redact_message(group_id, session_id, message_id, replacement))
+
+    async def audit(self, group_id: str, *, limit: int = 50, cursor: str | None = None) -> AuditPage:
+        return await self._do(Calls.audit(group_id, limit, cursor))
 
     async def generate_summaries(self, group_id: str, **options: Unpack[SummaryOptions]) -> list[Episode]:
         """``days_back`` (7), ``max_memories_per_summary`` (50), ``session_id``, ``reference_time``."""

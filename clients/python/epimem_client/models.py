@@ -150,7 +150,53 @@ class ImportReceipt(WireModel):
     vectors: int
 
 
+class RedactionReceipt(WireModel):
+    message_id: str
+    redacted: bool  # false: the message was redacted already (nothing changed)
+    episodes: list[str]
+    summaries: list[str]
+    caches: list[str]
+
+
+class Revision(WireModel):
+    """One state of an episode: revision 0 as generated, then corrections and re-formations."""
+
+    revision: int
+    kind: str  # generated | correction | reformed | redacted
+    title: str
+    content: str
+    user_metadata: dict[str, Any]
+    changed_at: datetime
+    changed_by: str
+    reason: str | None
+    superseded: bool = False
+    erased: bool = False
+
+
+class AuditEntry(WireModel):
+    id: str
+    at: datetime
+    actor: str
+    action: str
+    session_id: str | None
+    target_ids: list[str]
+    target_count: int
+
+
+class AuditPage(WireModel):
+    entries: list[AuditEntry]
+    next_cursor: str | None
+
+
 # Response wrappers: every response is a JSON object that can grow.
+class CorrectedOut(WireModel):
+    episode: Episode
+
+
+class RevisionsOut(WireModel):
+    revisions: list[Revision]
+
+
 class EpisodesOut(WireModel):
     episodes: list[Episode]
 

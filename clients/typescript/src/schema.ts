@@ -84,7 +84,13 @@ export interface paths {
         delete: operations["delete_episode_v1_groups__group_id__sessions__session_id__episodes__episode_id__delete"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Correct an episode's title, content or user_metadata (kept as a revision)
+         * @description The episode is re-embedded and re-indexed before the answer: search, context and the timeline
+         *     show the correction at once. Its source messages are not changed. A correction that changes
+         *     nothing adds no revision. Summaries cannot be corrected (correct the episodes they compact).
+         */
+        patch: operations["correct_episode_v1_groups__group_id__sessions__session_id__episodes__episode_id__patch"];
         trace?: never;
     };
     "/v1/groups/{group_id}/search": {
@@ -246,6 +252,68 @@ export interface paths {
          *     this server's export wrote imports back.
          */
         post: operations["import_group_v1_groups__group_id__import_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/sessions/{session_id}/episodes/{episode_id}/revisions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An episode's revisions, oldest first */
+        get: operations["revisions_v1_groups__group_id__sessions__session_id__episodes__episode_id__revisions_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/sessions/{session_id}/messages/{message_id}/redact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Redact a message: its text replaced, its record kept, what was built from it rebuilt
+         * @description The message keeps its id, speaker and time; its content becomes `replacement` (default
+         *     `[redacted]`) and its metadata gains `epimem_redacted: true`. The episodes built from it are made
+         *     again, the summaries citing them rebuilt, and on embedded Chroma the old text is erased from the
+         *     data folder before the answer (docs/trust.md). Redacting a redacted message changes nothing
+         *     (`redacted: false`).
+         */
+        post: operations["redact_message_v1_groups__group_id__sessions__session_id__messages__message_id__redact_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/audit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The group's audit trail
+         * @description Every change to the group's memory, newest first: time, actor (the key's name, never its
+         *     secret), action, session and target ids; never the content of what changed.
+         */
+        get: operations["audit_v1_groups__group_id__audit_get"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -421,6 +489,53 @@ export interface components {
             pending: number;
         };
         /**
+         * AuditAction
+         * @enum {string}
+         */
+        AuditAction: "add" | "flush" | "correct" | "redact" | "delete_message" | "delete_episode" | "delete_session" | "import" | "summarise" | "reembed";
+        /** AuditEntry */
+        AuditEntry: {
+            /**
+             * Id
+             * @description the entry's id; entries sort by it, newest last
+             */
+            id: string;
+            /**
+             * At
+             * Format: date-time
+             */
+            at: string;
+            /**
+             * Actor
+             * @description the API key's name or id (never its secret); 'local' in local mode
+             */
+            actor: string;
+            action: components["schemas"]["AuditAction"];
+            /** Session Id */
+            session_id?: string | null;
+            /**
+             * Target Ids
+             * @description at most 100 ids
+             */
+            target_ids?: string[];
+            /**
+             * Target Count
+             * @description how many ids the change touched (target_ids may be cut)
+             * @default 0
+             */
+            target_count?: number;
+        };
+        /** AuditPage */
+        AuditPage: {
+            /**
+             * Entries
+             * @description newest first
+             */
+            entries: components["schemas"]["AuditEntry"][];
+            /** Next Cursor */
+            next_cursor?: string | null;
+        };
+        /**
          * BoundaryReason
          * @enum {string}
          */
@@ -473,6 +588,8 @@ export interface components {
              * @default UTC
              */
             timezone?: string;
+            /** @description only these speakers, roles, episode types, metadata values (retrieval.filters) */
+            filter?: components["schemas"]["RecallFilter"] | null;
             /** Query */
             query: string;
             /**
@@ -499,6 +616,10 @@ export interface components {
             citations: components["schemas"]["Citation"][];
             /** Tokens */
             tokens: number;
+        };
+        /** CorrectedOut */
+        CorrectedOut: {
+            episode: components["schemas"]["Episode"];
         };
         /**
          * DeletionReceipt
@@ -615,6 +736,28 @@ export interface components {
             period_start?: string | null;
             /** Period End */
             period_end?: string | null;
+        };
+        /**
+         * EpisodeCorrectionIn
+         * @example {
+         *       "reason": "it was a canoe, not a kayak",
+         *       "title": "Ben brings the canoe"
+         *     }
+         */
+        EpisodeCorrectionIn: {
+            /** Title */
+            title?: string | null;
+            /** Content */
+            content?: string | null;
+            /** User Metadata */
+            user_metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Reason
+             * @description why (kept in the revision)
+             */
+            reason?: string | null;
         };
         /** EpisodeOut */
         EpisodeOut: {
@@ -930,6 +1073,121 @@ export interface components {
             recovering: boolean;
         };
         /**
+         * RecallFilter
+         * @description Which messages and episodes recall may use (all given conditions hold).
+         */
+        RecallFilter: {
+            /**
+             * Speakers
+             * @description speaker ids or names (producer_id; aliases count)
+             */
+            speakers?: string[] | null;
+            /** Roles */
+            roles?: components["schemas"]["Role"][] | null;
+            /** Episode Types */
+            episode_types?: components["schemas"]["EpisodeType"][] | null;
+            /**
+             * Metadata
+             * @description exact values of message metadata or episode user_metadata; keys are plain names
+             */
+            metadata?: {
+                [key: string]: string | boolean | number;
+            } | null;
+        };
+        /** RedactionIn */
+        RedactionIn: {
+            /**
+             * Replacement
+             * @default [redacted]
+             */
+            replacement?: string;
+        };
+        /**
+         * RedactionReceipt
+         * @description What a redaction changed (never the text it removed).
+         */
+        RedactionReceipt: {
+            /**
+             * Message Id
+             * @description the redacted message
+             */
+            message_id: string;
+            /**
+             * Redacted
+             * @description false when the message was already redacted (nothing changed)
+             */
+            redacted: boolean;
+            /**
+             * Episodes
+             * @description episodes rebuilt without the redacted text
+             */
+            episodes?: string[];
+            /**
+             * Summaries
+             * @description summaries rebuilt or removed
+             */
+            summaries?: string[];
+            /**
+             * Caches
+             * @description in-memory caches cleared
+             */
+            caches?: string[];
+        };
+        /** Revision */
+        Revision: {
+            /**
+             * Revision
+             * @description 0 is the generated episode; each change adds one
+             */
+            revision: number;
+            kind: components["schemas"]["RevisionKind"];
+            /** Title */
+            title: string;
+            /** Content */
+            content: string;
+            /** User Metadata */
+            user_metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Changed At
+             * Format: date-time
+             */
+            changed_at: string;
+            /**
+             * Changed By
+             * @description the API key's name or id (never its secret); 'local' in local mode
+             */
+            changed_by: string;
+            /** Reason */
+            reason?: string | null;
+            /**
+             * Superseded
+             * @description a correction replaced by a re-formation after its source messages changed
+             * @default false
+             */
+            superseded?: boolean;
+            /**
+             * Erased
+             * @description its text was removed because a source message was deleted or redacted
+             * @default false
+             */
+            erased?: boolean;
+        };
+        /**
+         * RevisionKind
+         * @enum {string}
+         */
+        RevisionKind: "generated" | "correction" | "reformed" | "redacted";
+        /** RevisionsOut */
+        RevisionsOut: {
+            /**
+             * Revisions
+             * @description oldest first; revision 0 is the generated episode
+             */
+            revisions: components["schemas"]["Revision"][];
+        };
+        /**
          * Role
          * @enum {string}
          */
@@ -1006,6 +1264,8 @@ export interface components {
              * @default UTC
              */
             timezone?: string;
+            /** @description only these speakers, roles, episode types, metadata values (retrieval.filters) */
+            filter?: components["schemas"]["RecallFilter"] | null;
             /** Query */
             query: string;
             /**
@@ -1798,6 +2058,100 @@ export interface operations {
             };
         };
     };
+    correct_episode_v1_groups__group_id__sessions__session_id__episodes__episode_id__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+                /** @description episode uuid */
+                episode_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EpisodeCorrectionIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CorrectedOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     search_v1_groups__group_id__search_post: {
         parameters: {
             query?: never;
@@ -2009,6 +2363,8 @@ export interface operations {
                 /** @description `next_cursor` of the previous page */
                 cursor?: string | null;
                 order?: components["schemas"]["Direction"];
+                /** @description a recall filter as JSON, e.g. {"speakers": ["Caroline"]} (as in search) */
+                filter?: string | null;
             };
             header?: never;
             path: {
@@ -3033,6 +3389,280 @@ export interface operations {
             };
             /** @description conflict (e.g. a message id already stored with other content) */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revisions_v1_groups__group_id__sessions__session_id__episodes__episode_id__revisions_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+                /** @description episode uuid */
+                episode_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RevisionsOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    redact_message_v1_groups__group_id__sessions__session_id__messages__message_id__redact_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+                /** @description message id (1-256 characters, no control characters, no '/') */
+                message_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RedactionIn"] | null;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RedactionReceipt"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    audit_v1_groups__group_id__audit_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string | null;
+            };
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AuditPage"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,0 +1,114 @@
+"""``epimem correct``, ``revisions``, ``redact`` and ``audit``: correcting memory from the command line, in
+process on the data folder (memory.lifecycle.editing, memory.lifecycle.audit). Changes are signed ``local``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from api.cli.common import AsJson, DataDir, open_service, out, print_json, short
+
+
+def correct(
+    ctx: typer.Context,
+    group_id: Annotated[str, typer.Argument(help="group")],
+    session_id: Annotated[str, typer.Argument(help="session")],
+    episode_id: Annotated[str, typer.Argument(help="episode")],
+    title: Annotated[str | None, typer.Option(help="the right title")] = None,
+    content: Annotated[str | None, typer.Option(help="the right text")] = None,
+    reason: Annotated[str | None, typer.Option(help="why (kept with the revision)")] = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Correct an episode's title or text; the earlier one stays in its revisions."""
+    with open_service(ctx, data_dir) as service:
+        episode = service.correct_episode(group_id, session_id, episode_id, title=title, content=content, reason=reason)
+    if as_json:
+        print_json(episode)
+        return
+    out.print(f"corrected {episode.uuid}: {episode.title}")
+
+
+def revisions(
+    ctx: typer.Context,
+    group_id: Annotated[str, typer.Argument(help="group")],
+    session_id: Annotated[str, typer.Argument(help="session")],
+    episode_id: Annotated[str, typer.Argument(help="episode")],
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """An episode's revisions, oldest first (0 is the generated episode)."""
+    with open_service(ctx, data_dir) as service:
+        found = service.episode_revisions(group_id, session_id, episode_id)
+    if as_json:
+        print_json([revision.model_dump(mode="json") for revision in found])
+        return
+    table = Table(title=f"revisions of {episode_id}")
+    for column in ("#", "kind", "when", "by", "title", "reason"):
+        table.add_column(column, overflow="fold")
+    for revision in found:
+        kind = revision.kind.value + (" (superseded)" if revision.superseded else "") + (" (erased)" * revision.erased)
+        when = revision.changed_at.strftime("%Y-%m-%d %H:%M")
+        table.add_row(str(revision.revision), kind, when, revision.changed_by, short(revision.title), revision.reason)
+    out.print(table)
+
+
+def redact(
+    ctx: typer.Context,
+    group_id: Annotated[str, typer.Argument(help="group")],
+    session_id: Annotated[str, typer.Argument(help="session")],
+    message_id: Annotated[str, typer.Argument(help="message")],
+    replacement: Annotated[str, typer.Option(help="the text that takes its place")] = "[redacted]",
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace a message's text for good (its id, speaker and time stay); what was built from it is rebuilt."""
+    with open_service(ctx, data_dir) as service:
+        if not yes:
+            typer.confirm(f"Remove the text of message {message_id!r} of session {session_id!r} for good?", abort=True)
+        receipt = service.redact_message(group_id, session_id, message_id, replacement=replacement)
+    if as_json:
+        print_json(dataclasses.asdict(receipt))
+        return
+    if not receipt.redacted:
+        out.print(f"message {message_id} was redacted already: nothing changed")
+        return
+    out.print(f"redacted {message_id}; rebuilt episodes: {', '.join(receipt.episodes) or '-'}")
+
+
+def audit(
+    ctx: typer.Context,
+    group_id: Annotated[str, typer.Argument(help="group")],
+    limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """The group's audit trail, newest first (who changed what, when; never the content)."""
+    with open_service(ctx, data_dir) as service:
+        page = service.audit(group_id, limit=limit, cursor=cursor)
+    if as_json:
+        print_json(page)
+        return
+    table = Table(title=f"audit trail of {group_id}")
+    for column in ("when", "actor", "action", "session", "targets"):
+        table.add_column(column, overflow="fold")
+    for entry in page.entries:
+        targets = ", ".join(entry.target_ids) + (
+            f" (+{entry.target_count - len(entry.target_ids)})" * (entry.target_count > len(entry.target_ids))
+        )
+        table.add_row(
+            entry.at.strftime("%Y-%m-%d %H:%M:%S"), entry.actor, entry.action.value, entry.session_id, targets
+        )
+    out.print(table)
+    if page.next_cursor:
+        out.print(f"more: --cursor {page.next_cursor}")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (correct, revisions, redact, audit):
+        app.command()(command)

@@ -1,0 +1,150 @@
+"""One big group, written between reads: group-wide /search and /context vs their floor, and the first
+search after a start (issue 31 points 2 and 3).
+
+Build (resumable: sessions already there are skipped; stop it any time and measure what is there):
+``--build`` fills one group with LoCoMo turns (speaker and text, repeated with a counter), ``--sessions``
+sessions of ``--messages`` messages, 500 per add and a flush per session, through the facade.
+
+Measure (the default): a service started on the folder, then
+
+- first search after the start (the read snapshot and keyword index built from the stored group);
+- idle and written: for LoCoMo questions, alternating, ``search`` (k 10) and ``context`` (1,000 tokens)
+  through the facade, and the floor (the query embedding, encoded, plus one raw Chroma query of 10 over
+  the group's index); "written": a one-message add to a session of the group before every round.
+
+    python tests/benchmarks/big_group.py --build --data-dir /tmp/big --sessions 600 --messages 100
+    python tests/benchmarks/big_group.py --data-dir /tmp/big --questions 40
+    python tests/benchmarks/big_group.py --quick      # 4 sessions x 50 messages in a temporary folder
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import _common as c
+
+from memory.store.codec import index_name
+
+GROUP = "big"
+
+
+def turns() -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    for sample in json.loads(c.LOCOMO.read_text()):
+        for key, value in sample["conversation"].items():
+            if key.startswith("session_") and isinstance(value, list):
+                found += [(str(t.get("speaker", "")), str(t.get("text", ""))) for t in value]
+    return found
+
+
+def questions() -> list[str]:
+    return [str(q["question"]) for sample in json.loads(c.LOCOMO.read_text()) for q in sample["qa"]][:400]
+
+
+def build(service: Any, sessions: int, per_session: int) -> None:
+    said = turns()
+    known = {info.session_id for info in service.list_sessions(GROUP)} if service.group_exists(GROUP) else set()
+    start = datetime(2023, 1, 1, tzinfo=UTC)
+    began, added = time.perf_counter(), 0
+    for number in range(sessions):
+        session = f"s{number:04d}"
+        if session in known:
+            continue
+        batch = []
+        for i in range(per_session):
+            speaker, text = said[(number * per_session + i) % len(said)]
+            moment = start + timedelta(hours=number * 6, minutes=i)
+            batch.append({"id": f"m{i}", "role": "user", "content": text, "producer_id": speaker, "timestamp": moment})
+        for offset in range(0, len(batch), 500):
+            service.add_messages(GROUP, session, batch[offset : offset + 500])
+        service.flush(GROUP, session)
+        added += per_session
+        if number % 20 == 0:
+            rate = added / (time.perf_counter() - began)
+            print(f"{session}: {service.vector_count(GROUP)} vectors, {rate:.1f} messages/s", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="4 sessions x 50 messages, 10 questions")
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--sessions", type=int, default=600)
+    parser.add_argument("--messages", type=int, default=100)
+    parser.add_argument("--questions", type=int, default=40)
+    args = parser.parse_args()
+    from context import Floor
+
+    from api.facade import Epimem
+
+    with tempfile.TemporaryDirectory(prefix="epimem-big-") as scratch:
+        folder = args.data_dir or Path(scratch)
+        if args.quick:
+            args.sessions, args.messages, args.questions, args.build = 4, 50, 10, True
+        if args.build:
+            service = Epimem.from_settings(data_dir=folder, background=False)
+            build(service, args.sessions, args.messages)
+            service.close()
+            if not args.quick:
+                return
+        started = time.perf_counter()
+        service = Epimem.from_settings(data_dir=folder, background=False)
+        opened = time.perf_counter() - started
+        asked = questions()[: args.questions]
+        started = time.perf_counter()
+        service.search(GROUP, asked[0], k=10)
+        first = time.perf_counter() - started
+        vectors = service.vector_count(GROUP)
+        c.heading(f"one group of {vectors:,} vectors ({index_name(GROUP)}), {len(asked)} questions")
+        c.line("first search after a start (s)", open=opened, first_search=first)
+        floor = Floor(service)
+        for question in asked[:3]:  # warm-up
+            service.search(GROUP, question, k=10)
+            floor(GROUP, question)
+        for mode in ("idle", "written"):
+            run = int(time.time())
+
+            def write(i: int, run: int = run) -> None:
+                said = [{"id": f"w{run}-{i}", "role": "user", "content": f"Status {i}: all quiet, checking in."}]
+                service.add_messages(GROUP, "live-writes", said)
+
+            reads = {
+                "search": lambda i: service.search(GROUP, asked[i], k=10),
+                "context": lambda i: service.context(GROUP, asked[i], token_budget=1000),
+            }
+            for name, read in reads.items():  # each read paired with the floor (a write before each pair)
+                times = c.interleaved(
+                    {name: read, "floor": lambda i: floor(GROUP, asked[i])},
+                    len(asked),
+                    before=(lambda i, name=name: write(i * 2 + (name == "context"))) if mode == "written" else None,
+                )
+                figures = {key: c.summary(values) for key, values in times.items()}
+                c.line(
+                    f"{mode} {name} (ms)",
+                    p50=figures[name]["p50"],
+                    p95=figures[name]["p95"],
+                    floor_p50=figures["floor"]["p50"],
+                    floor_p95=figures["floor"]["p95"],
+                    ratio_p50=figures[name]["p50"] / figures["floor"]["p50"],
+                    ratio_p95=figures[name]["p95"] / figures["floor"]["p95"],
+                )
+        cache = service.stats().read_cache
+        if cache is not None:
+            c.line(
+                "read cache",
+                full=cache.full_groups,
+                records=cache.records,
+                builds=cache.builds,
+                build_s=cache.build_seconds,
+            )
+        service.close()
+
+
+if __name__ == "__main__":
+    main()

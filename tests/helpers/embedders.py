@@ -1,0 +1,39 @@
+"""Another embedding model for the tests of a model change, made of the real one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+
+class ProjectedEmbedder:
+    """The real bundled model projected onto its first ``dims`` dimensions and renormalised: for the
+    store, another embedding model (other name, dimension and vectors)."""
+
+    def __init__(self, inner: Any, dims: int = 256) -> None:
+        self._inner = inner
+        self._dims = dims
+
+    @property
+    def model_id(self) -> str:
+        return f"minilm-projected:{self._dims}:test0001"
+
+    @property
+    def dimension(self) -> int:
+        return self._dims
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self._inner.max_tokens)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = self._inner.embed_batch(texts)[:, : self._dims]
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_batch([text])[0]
+
+    def count_tokens(self, text: str) -> int:
+        return int(self._inner.count_tokens(text))

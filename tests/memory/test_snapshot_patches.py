@@ -1,0 +1,155 @@
+"""The read snapshot and keyword index a service keeps up to date by patching (what this process's writes
+changed, or a diff of a Chroma server's group read again) equal ones built from scratch, whatever
+adds, flushes, deletions (of pending messages, of formed messages: their episode is rewritten, of
+episodes), imports and another server's writes came between (a Hypothesis state machine, both
+backends: real Chroma, the real model)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers.builders import messages
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from api.facade import Epimem
+from api.settings import Settings
+from memory.store.factory import open_store
+from memory.store.group_snapshot import GroupSnapshot, estimate_bytes
+from retrieval.keyword import KeywordIndex
+
+QUERIES = ["the dog Rex", "lake", "pottery class on Thursday"]
+SESSIONS = st.sampled_from(["s0", "s1", "s2"])
+
+
+def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
+    """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
+    found = {}
+    for position, record_id in enumerate(snapshot.ids):
+        record = snapshot.record(position)
+        direction = snapshot.directions[position].round(5).tobytes() if snapshot.directions is not None else b""
+        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
+    return found
+
+
+def keyword_scores(index: KeywordIndex, snapshot: GroupSnapshot, query: str) -> dict[str, float]:
+    scores = index.scores(query)
+    return {record_id: float(scores[position]) for position, record_id in enumerate(snapshot.ids)}
+
+
+class Patches(RuleBasedStateMachine):
+    """One group written by the service under test (and, on a Chroma server, by another service)."""
+
+    def __init__(self, service: Epimem, other: Epimem | None) -> None:
+        super().__init__()
+        self.service, self.other = service, other
+        self.group = f"g-{uuid.uuid4().hex[:8]}"  # the examples share the test's data folder
+        store = service.memory.store
+        self.store = store
+        self.scratch = open_store(store.connection, model_id=store.model_id).vectors  # its own cache
+        self.counter = 0
+
+    def _batch(self, session: str, count: int) -> list[Any]:
+        self.counter += 1
+        return messages(count, prefix=f"{session}-{self.counter}-", text="Turn {i}: the dog Rex swam in the lake.")
+
+    def _known(self, writer: Epimem, session: str) -> list[Any]:
+        if session not in {info.session_id for info in writer.memory.sessions(self.group)}:
+            return []
+        return writer.history(self.group, session)
+
+    @rule(session=SESSIONS, count=st.integers(1, 3))
+    def add(self, session: str, count: int) -> None:
+        self.service.add_messages(self.group, session, self._batch(session, count))
+
+    @rule(session=SESSIONS)
+    def flush(self, session: str) -> None:
+        if self._known(self.service, session):
+            self.service.flush(self.group, session)
+
+    @rule(session=SESSIONS, which=st.integers(0, 50))
+    def delete_message(self, session: str, which: int) -> None:
+        """A pending message, or a formed one (its episode is rewritten without it)."""
+        known = self._known(self.service, session)
+        if known:
+            self.service.delete_message(self.group, session, known[which % len(known)].id)
+
+    @rule(session=SESSIONS)
+    def delete_episode(self, session: str) -> None:
+        if self._known(self.service, session):
+            page = self.service.timeline(self.group, session_id=session, limit=5)
+            episodes = [e for e in page.episodes if not e.uuid.startswith("open-")]
+            if episodes:
+                self.service.delete_episode(self.group, session, episodes[0].uuid)
+
+    @rule(session=SESSIONS)
+    def imported(self, session: str) -> None:
+        """A small export of another group imported into this one (a session it may already have)."""
+        source = f"src-{uuid.uuid4().hex[:8]}"
+        self.service.add_messages(source, session, self._batch(f"i{session}", 2))
+        self.service.flush(source, session)
+        self.service.import_group(list(self.service.export_group(source)), group_id=self.group)
+
+    @rule(session=SESSIONS, count=st.integers(1, 2))
+    def other_server_adds(self, session: str, count: int) -> None:
+        if self.other is not None:
+            self.other.add_messages(self.group, session, self._batch(f"o{session}", count))
+
+    @invariant()
+    def patched_equals_scratch(self) -> None:
+        if not self.service.memory.sessions(self.group):
+            return
+        self.service.search(self.group, QUERIES[0], k=3)  # the read path takes (or patches) the snapshot
+        kept = self.store.vectors.snapshot(self.group, fresh=True)
+        fresh = self.scratch.snapshot(self.group, fresh=True)
+        self.scratch.snapshots.forget(self.group)  # from scratch every time
+        assert by_record(kept) == by_record(fresh)
+        assert kept.full == fresh.full
+        estimated = estimate_bytes(kept)  # the patched size estimate stays near a full count's
+        assert abs(kept.nbytes - estimated) <= 0.2 * estimated + 8192
+        assert (kept.messages or {}) == (fresh.messages or {})
+        assert [s.session_id for s in kept.sessions] == [s.session_id for s in fresh.sessions]
+        index = self.service.searcher.keywords.get(kept)
+        built = KeywordIndex(fresh)
+        # The same vocabulary: nothing of a deleted or rewritten text stays in the patched index.
+        assert index._postings.vocabulary.keys() == built._postings.vocabulary.keys()
+        for query in QUERIES:
+            ours, theirs = keyword_scores(index, kept, query), keyword_scores(built, fresh, query)
+            assert ours.keys() == theirs.keys()
+            assert np.allclose([ours[r] for r in theirs], list(theirs.values()), rtol=1e-6, atol=1e-7), query
+
+
+@pytest.mark.slow
+def test_patched_snapshots_and_keyword_indexes_equal_fresh_ones(
+    make_service: Callable[..., Epimem], backend: str, settings_for: Callable[..., Settings], embedder: Any
+) -> None:
+    service = make_service(auto_flush_pending=4)
+    other = None
+    if backend == "server":  # a second epimem on the same Chroma server, with a folder of its own
+        base = settings_for(auto_flush_pending=4)
+        other = Epimem.from_settings(
+            base.model_copy(update={"data_dir": base.data_dir / "other", "node_id": "other"}),
+            background=False,
+            embedder=embedder,
+        )
+    try:
+        stats = service.memory.store.vectors.snapshots.stats
+        run_state_machine_as_test(
+            lambda: Patches(service, other),
+            settings=settings(
+                max_examples=5,
+                stateful_step_count=8,
+                deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+            ),
+        )
+        if backend == "embedded":  # writes patched the snapshot (deletes included), not a read of the group
+            assert stats().extensions > stats().builds // 2
+    finally:
+        if other is not None:
+            other.close()
