@@ -61,6 +61,12 @@ class ScoringPolicy:
     strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
     names_to_ids: bool = False  # read a speaker's other names in the query as its id
     other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
+    # The speaker bonus also for the best ``speaker_admit`` messages by their score before it, whoever said
+    # them: a question naming the wrong person ("What did Caroline realise after her charity race?" when
+    # Melanie ran it) still finds where it was really said.
+    speaker_admit: int = 0
+    other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
+    speaker_cap: bool = False  # the bonus also for a message that outscores every message of the named speakers
 
 
 class RowSource(Protocol):
@@ -173,7 +179,7 @@ def row_scores(
     neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
     scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
     if analysis.named:
-        scores += policy.speaker_bonus * np.isin(rows.speakers, list(analysis.named))
+        scores += policy.speaker_bonus * _speaker_prior(rows, scores, query, analysis, policy)
     if analysis.mentions:
         scores += policy.time_bonus * _covered(rows, analysis.mentions)
     if policy.when_bonus and analysis.asks_when:
@@ -183,6 +189,23 @@ def row_scores(
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
         scores *= _decay(age_days, query.recency_weight, query.recency_half_life_days)
     return np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
+
+
+def _speaker_prior(
+    rows: MessageRows, scores: np.ndarray, query: Query, analysis: QueryAnalysis, policy: ScoringPolicy
+) -> np.ndarray:
+    """1 for the named speakers' messages, for the ``speaker_admit`` best-scored messages in scope and
+    (``speaker_cap``) for those that outscore every named speaker's message; ``other_speaker_share`` for the rest."""
+    mine = np.isin(rows.speakers, list(analysis.named))
+    prior = np.where(mine, 1.0, policy.other_speaker_share)
+    ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
+    if policy.speaker_cap:
+        best_named = float(ranked[mine].max()) if mine.any() else -np.inf
+        prior[np.isfinite(ranked) & (ranked > best_named)] = 1.0
+    if policy.speaker_admit > 0:
+        best = np.argsort(-ranked, kind="stable")[: policy.speaker_admit]
+        prior[best[np.isfinite(ranked[best])]] = 1.0
+    return prior
 
 
 def _cosines(rows: MessageRows, query_vector: np.ndarray) -> np.ndarray:

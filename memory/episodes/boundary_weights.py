@@ -1,5 +1,7 @@
 """Weights of the topic-shift scorer (memory.episodes.boundaries). Written by
-tests/benchmarks/fit_boundaries.py from TIAGE anno_train.json only; do not edit by hand."""
+tests/benchmarks/fit_boundaries.py from TIAGE anno_train.json only (penalty, THRESHOLD and
+MIN_MESSAGES chosen by cross-validation inside train; CV_* are those out-of-fold figures);
+do not edit by hand."""
 
 MEAN: list[float] = [
     0.687736,  # distance_1
@@ -32,20 +34,26 @@ SCALE: list[float] = [
     0.303561,  # log_words
 ]
 COEFFICIENTS: list[float] = [
-    0.591234,  # distance_1
-    0.633727,  # distance_2
-    -0.0521931,  # distance_3
-    -0.207726,  # distance_skip
-    0.206505,  # depth_2
-    -0.25003,  # distance_next
-    -0.181753,  # relative_distance
-    0.118524,  # new_words
-    0.168558,  # shift_cue
-    0.0137006,  # acknowledgement
-    -0.365441,  # answer_expected
-    0.692599,  # asks
-    0.259586,  # log_words
+    0.532376,  # distance_1
+    0.573037,  # distance_2
+    -0.0279196,  # distance_3
+    -0.183447,  # distance_skip
+    0.216868,  # depth_2
+    -0.235851,  # distance_next
+    -0.117947,  # relative_distance
+    0.118696,  # new_words
+    0.167734,  # shift_cue
+    0.0140013,  # acknowledgement
+    -0.358297,  # answer_expected
+    0.677717,  # asks
+    0.252063,  # log_words
 ]
-INTERCEPT = -1.87556
+INTERCEPT = -1.85886
 BASE_RATE = 0.201958
-THRESHOLD = -1.05
+THRESHOLD = -1.1
+MIN_MESSAGES = 2
+L2 = 10
+CV_AP = 0.570176
+CV_F1 = 0.564482
+CV_PK = 0.372359
+CV_WINDOWDIFF = 0.410328

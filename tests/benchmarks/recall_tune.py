@@ -1,16 +1,19 @@
-"""Tuning the context and search weights by leave-one-conversation-out over the nine dev conversations.
+"""Tuning the context and search weights, held out by circle of friends, on LoCoMo dev and REALTALK dev.
 
     .venv/bin/python tests/benchmarks/recall_tune.py --data-dir DIR [--variants NAME,...] [--search-only]
 
-Reads an ingested data folder (tests/benchmarks/recall.py --data-dir DIR ingests it) and scores
-every variant of ScoringPolicy in VARIANTS on every question of LoCoMo dev and REALTALK dev, with a
-memoised Searcher (what a variant does not change is computed once): about a minute per variant
-once warm. SEARCH_VARIANTS are scored the same way for search (episode recall@k).
+Reads an ingested data folder (tests/benchmarks/recall.py --data-dir DIR ingests it; DIR-chat for the
+chat-app mode) and scores every variant of ScoringPolicy in VARIANTS on every question of LoCoMo dev
+(category 5 included) and REALTALK dev, with a memoised Searcher (what a variant does not change is
+computed once). SEARCH_VARIANTS are scored the same way for search (episode recall@k).
 
-Leave-one-out: for each conversation, the variant with the best objective on the other eight
-(mean evidence recall over the three budgets, each dataset weighing half) is applied to it; the
-held-out figures of the nine conversations make the leave-one-out recall. A variant is worth
-taking only if it raises that figure.
+Held out (tests/benchmarks/recall_report.py): each LoCoMo conversation is a fold, and each REALTALK
+circle of friends (chats 1-4, chats 5-7) is one; each fold is scored with the variant that has the best
+objective on the other folds (mean evidence recall over the three budgets and every question, each
+dataset weighing half) among those that lower no domain (LoCoMo, each circle) of those other folds.
+Printed: held-out beside in-sample and single-turn RRF per dataset and per circle, each variant's
+in-sample effect per domain, the targets, recall against chat length, and what the second half of each
+chat costs the questions about its first half.
 """
 
 from __future__ import annotations
@@ -27,17 +30,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import recall_report  # noqa: E402
 from recall import (  # noqa: E402
-    BUDGETS,
-    CATEGORIES,
     EPISODE_KS,
+    HEADLINE,
     Sample,
     Scores,
     context_recall,
     episode_recall,
     load_dataset,
     merge,
-    table,
 )
 
 from retrieval.context import ContextBuilder, PackingPolicy  # noqa: E402
@@ -67,6 +69,16 @@ VARIANTS: dict[str, PackingPolicy] = {
     "when 0.2": replace(BASE, when_bonus=0.2),
     "question 0.2": replace(BASE, question_penalty=0.2),
     "episodes 80": replace(BASE, max_episodes=80),
+    "admit 1": replace(BASE, speaker_admit=1),
+    "admit 3": replace(BASE, speaker_admit=3),
+    "admit 10": replace(BASE, speaker_admit=10),
+    "admit 30": replace(BASE, speaker_admit=30),
+    "other speaker 0.25": replace(BASE, other_speaker_share=0.25),
+    "other speaker 0.5": replace(BASE, other_speaker_share=0.5),
+    "other speaker 0.75": replace(BASE, other_speaker_share=0.75),
+    "no speaker prior": replace(BASE, speaker_bonus=0.0),
+    "prior cap": replace(BASE, speaker_cap=True),
+    "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_admit=1),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
@@ -159,32 +171,10 @@ def shared_counter(service: Any) -> Any:
     return _COUNTERS[id(service)]
 
 
-def service_query(question: str, budget: int) -> Any:
+def service_query(question: str, budget: int, end: Any = None) -> Any:
     from retrieval.types import ContextQuery
 
-    return ContextQuery(query=question, token_budget=budget)
-
-
-def objective(per_conversation: dict[str, Scores], conversations: dict[str, str], keep: set[str]) -> float:
-    """Mean recall over the budgets, each dataset weighing half, over the kept conversations."""
-    figures = []
-    for dataset in set(conversations.values()):
-        kept = {c: s for c, s in per_conversation.items() if c in keep and conversations[c] == dataset}
-        if kept:
-            merged = merge(kept)
-            figures.append(statistics.fmean(merged.mean(b, CATEGORIES[dataset]) for b in BUDGETS))
-    return statistics.fmean(figures)
-
-
-def leave_one_out(results: dict[str, dict[str, Scores]], conversations: dict[str, str]) -> tuple[dict, dict]:
-    """(conversation -> held-out Scores of the variant chosen on the others, conversation -> that variant)."""
-    held: dict[str, Scores] = {}
-    chosen: dict[str, str] = {}
-    for conversation in conversations:
-        others = set(conversations) - {conversation}
-        best = max(results, key=lambda name: (objective(results[name], conversations, others), name == "default"))
-        held[conversation], chosen[conversation] = results[best][conversation], best
-    return held, chosen
+    return ContextQuery(query=question, token_budget=budget, end=end)
 
 
 def run(services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy]) -> dict:
@@ -194,33 +184,52 @@ def run(services: dict[str, Any], datasets: dict[str, list[Sample]], variants: d
     for name, policy in variants.items():
         started = time.perf_counter()
         results[name] = evaluate(services, datasets, policy, memos)
-        score = objective(results[name], conversations, set(conversations))
+        score = recall_report.objective(results[name], conversations, set(conversations))
         print(f"variant {name:<24} objective {score:.4f}  ({time.perf_counter() - started:.0f} s)", flush=True)
-    held, chosen = leave_one_out(results, conversations)
+    held, chosen = recall_report.leave_one_fold_out(results, datasets)
     return {"results": results, "held": held, "chosen": chosen, "conversations": conversations, "memos": memos}
 
 
 def print_loo(
-    services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy] | None = None
+    services: dict[str, Any],
+    datasets: dict[str, list[Sample]],
+    variants: dict[str, PackingPolicy] | None = None,
+    *,
+    search: bool = True,
 ) -> dict[str, Any]:
     outcome = run(services, datasets, variants or VARIANTS)
-    print("\n## leave-one-conversation-out (context weights)")
-    print("chosen per held-out conversation: " + ", ".join(f"{c}: {v}" for c, v in outcome["chosen"].items()))
+    results, held = outcome["results"], outcome["held"]
+    rrf: dict[str, Scores] = {}
     for dataset, samples in datasets.items():
-        ids = {s.sample_id for s in samples}
-        rows = {
-            "in-sample (default)": merge({c: s for c, s in outcome["results"]["default"].items() if c in ids}),
-            "leave-one-out": merge({c: s for c, s in outcome["held"].items() if c in ids}),
-        }
-        print(f"\n### {dataset}\n")
-        print(table(rows, CATEGORIES[dataset]))
-    search_table(datasets, outcome["memos"])
+        rrf |= recall_report.rrf_per_conversation(samples, services[dataset].embedder)
+    print("\n## held out: leave-one-conversation-out (LoCoMo) and leave-one-circle-out (REALTALK), context weights")
+    print("chosen without each fold: " + "; ".join(f"{f}: {v}" for f, v in outcome["chosen"].items()))
+    for dataset, samples in datasets.items():
+        print("\n".join(recall_report.held_out_tables(dataset, samples, results["default"], held, rrf)))
+    print("\n### each variant in sample, per domain (objective; the others: minus the default)\n")
+    print(recall_report.domain_table(results, datasets))
+    print("\n### targets (held out, 1,000 tokens)\n")
+    print("\n".join(recall_report.targets(datasets, held, rrf)))
+    for dataset, samples in datasets.items():
+        memo = outcome["memos"][dataset]
+        print(f"\n### {dataset}: recall against chat length\n")
+        print(recall_report.length_table(samples, held, rrf, memo.group_rows))
+        builder = ContextBuilder(searcher=memo, count_wordpieces=shared_counter(services[dataset]), policy=BASE)
+        print(f"\n### {dataset}: what the second half of a chat costs the questions about its first half (default)\n")
+        print(
+            recall_report.prefix_table(
+                samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end))
+            )
+        )
+    if search:
+        search_table(datasets, outcome["memos"])
     return outcome
 
 
 def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearcher]) -> None:
     """Episode recall@k of search with message evidence at several weights (0 = fused rank only, the
-    search before), and the weight chosen by leave-one-conversation-out (objective: mean of @1..@10)."""
+    search before), and the weight chosen held out by fold (recall_report.folds; objective: mean of
+    @1..@10 over categories 1-4, LoCoMo's 5 aside as in the figures before)."""
     conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
     found: dict[str, dict[str, Scores]] = {}
     for name, policy in SEARCH_VARIANTS.items():
@@ -235,23 +244,23 @@ def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearche
         figures = []
         for dataset in set(conversations.values()):
             kept = merge({c: s for c, s in scores.items() if c in keep and conversations[c] == dataset})
-            figures.append(statistics.fmean(kept.mean(("episode", k), CATEGORIES[dataset]) for k in EPISODE_KS))
+            figures.append(statistics.fmean(kept.mean(("episode", k), HEADLINE[dataset]) for k in EPISODE_KS))
         return statistics.fmean(figures)
 
     held: dict[str, Scores] = {}
-    for conversation in conversations:
-        others = set(conversations) - {conversation}
+    for fold, members in recall_report.folds(datasets).items():
+        others = set(conversations) - set(members)
         best = max(found, key=lambda name: (mean_at(found[name], others), name.startswith("default")))
-        held[conversation] = found[best][conversation]
-        print(f"search weight chosen without {conversation}: {best}")
+        held |= {c: found[best][c] for c in members}
+        print(f"search weight chosen without {fold}: {best}")
     for dataset, samples in datasets.items():
         ids = {s.sample_id for s in samples}
         print(f"\n### search, {dataset}: episode recall@" + "/".join(map(str, EPISODE_KS)) + "\n")
         rows = {name: {c: s for c, s in scores.items() if c in ids} for name, scores in found.items()}
-        rows["leave-one-out"] = {c: s for c, s in held.items() if c in ids}
+        rows["held out"] = {c: s for c, s in held.items() if c in ids}
         for name, scores in rows.items():
             merged = merge(scores)
-            figures = " / ".join(f"{merged.mean(('episode', k), CATEGORIES[dataset]):.3f}" for k in EPISODE_KS)
+            figures = " / ".join(f"{merged.mean(('episode', k), HEADLINE[dataset]):.3f}" for k in EPISODE_KS)
             print(f"| {name} | {figures} |")
 
 
@@ -263,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--datasets", default="locomo,realtalk")
     parser.add_argument("--quick", action="store_true", help="the short datasets of recall.py --quick")
     parser.add_argument("--search-only", action="store_true", help="only the search table (SEARCH_VARIANTS)")
+    parser.add_argument("--no-search", action="store_true", help="leave the search table out")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
@@ -279,7 +289,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.search_only:
             search_table(datasets, {dataset: MemoSearcher(service) for dataset, service in services.items()})
             return
-        print_loo(services, datasets, {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS})
+        print_loo(
+            services,
+            datasets,
+            {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS},
+            search=not args.no_search,
+        )
     finally:
         for service in opened.values():
             service.close()

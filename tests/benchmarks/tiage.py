@@ -2,10 +2,12 @@
 
     python tests/benchmarks/tiage.py [--data DIR] [--split dev] [--quick]
 
-Reports, on ``anno_dev.json`` (the scorer is fitted and tuned on ``anno_train.json`` only, by
-tests/benchmarks/fit_boundaries.py), the average precision of the per-gap scores against the
-labels, and Pk, WindowDiff and boundary F1 of the chosen boundaries, beside the three reference
-methods of ../shared/data/README.md, recomputed here. ``--quick`` runs on the first 20 dev
+Reports, on ``anno_dev.json``, the average precision of the per-gap scores against the labels, and
+Pk, WindowDiff and boundary F1 of the chosen boundaries, beside the three reference methods of
+../shared/data/README.md, recomputed here. The scorer's weights and its granularity (selection
+threshold, smallest segment) are chosen on ``anno_train.json`` only, by cross-validation inside
+train (tests/benchmarks/fit_boundaries.py); those cross-validated train figures are printed beside
+the dev ones. Dev only reports: nothing is chosen on it. ``--quick`` runs on the first 20 dev
 dialogues (CI's short form). Not collected by pytest; nothing leaves the machine.
 """
 
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT  # noqa: E402
 from benchmark_data import data_folder  # noqa: E402
 
+from memory.episodes import boundary_weights as weights  # noqa: E402
 from memory.episodes.boundaries import Turn, depth_scores, gap_scores  # noqa: E402
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter, split_messages  # noqa: E402
 from memory.models import Message  # noqa: E402
@@ -48,9 +51,11 @@ REFERENCE = {
     "cosine of 3-turn windows < 0.15 (old heuristic)": (0.426, 0.430, 0.111, 30),
     "TextTiling over MiniLM": (0.449, 0.507, 0.435, 485),
 }
-# The bounds the benchmark selects with: TIAGE topics are short (a fifth of gold segments have
-# one turn), so one message is the minimum here; epimem's default minimum is 2.
-BENCH_MIN, BENCH_MAX = 1, 12
+# The largest segment the benchmark's selection allows (epimem's default); the smallest one and the
+# threshold are the granularity fit_boundaries.py chooses on train (weights.MIN_MESSAGES, THRESHOLD).
+BENCH_MAX = 12
+# Targets on dev (issue 29).
+TARGETS = {"ap": 0.50, "f1": 0.52, "pk": 0.38}
 
 
 @dataclass(frozen=True)
@@ -177,10 +182,17 @@ def _mean_unit(rows: np.ndarray) -> np.ndarray:
     return mean / (np.linalg.norm(mean) or 1.0)
 
 
+def train_policy() -> SegmentationPolicy:
+    """The selection at the granularity chosen on train: the smallest segment, and a target whose
+    threshold shift is nil (1 / the train base rate), so the threshold is the fitted one."""
+    return SegmentationPolicy(
+        min_messages=weights.MIN_MESSAGES, max_messages=BENCH_MAX, target_messages=1.0 / weights.BASE_RATE
+    )
+
+
 def scored(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
-    """epimem's scorer and selection (method="scored"), with the benchmark's size bounds."""
-    policy = SegmentationPolicy(min_messages=BENCH_MIN, max_messages=BENCH_MAX)
-    return _cuts(dialogue, vectors, policy)
+    """epimem's scorer and selection (method="scored") at the granularity chosen on train."""
+    return _cuts(dialogue, vectors, train_policy())
 
 
 def scored_default_bounds(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
@@ -191,8 +203,8 @@ METHODS: dict[str, Callable[[Dialogue, np.ndarray], list[int]]] = {
     "a boundary every 4 turns": every_four,
     "cosine of 3-turn windows < 0.15 (old heuristic)": old_heuristic,
     "TextTiling over MiniLM": texttiling,
-    f"epimem scorer + selection (min {BENCH_MIN}, max {BENCH_MAX})": scored,
-    "epimem scorer + selection (default bounds 2-12)": scored_default_bounds,
+    f"epimem scorer + selection, chosen on train (min {weights.MIN_MESSAGES}, max {BENCH_MAX})": scored,
+    "epimem scorer + selection (service defaults: 2-12, target 6)": scored_default_bounds,
 }
 
 
@@ -206,7 +218,7 @@ def llm_method() -> tuple[str, Callable[[Dialogue, np.ndarray], list[int]]] | No
     if not settings.llm_configured:
         return None
     client = client_from_settings(settings)
-    segmenter = LLMSegmenter(client, policy=SegmentationPolicy(min_messages=BENCH_MIN, max_messages=BENCH_MAX))
+    segmenter = LLMSegmenter(client, policy=train_policy())
 
     def segment(dialogue: Dialogue, vectors: np.ndarray) -> list[int]:
         return _cuts(dialogue, vectors, SegmentationPolicy(), segmenter=segmenter)
@@ -254,7 +266,8 @@ def main() -> None:
         f"{time.perf_counter() - started:.1f}s"
     )
     print("\naverage precision of per-gap scores")
-    for name, value in gap_score_rankings(dialogues, vectors).items():
+    rankings = gap_score_rankings(dialogues, vectors)
+    for name, value in rankings.items():
         print(f"  {name:<40} AP = {value:.3f}")
     gold = [d.labels for d in dialogues]
     print("\nchosen boundaries (Pk, WindowDiff: lower is better)   [README reference on full dev]")
@@ -265,14 +278,31 @@ def main() -> None:
             print("  LLM segmenter: no LLM configured (EPIMEM_LLM_BASE_URL / EPIMEM_LLM_API_KEY), not measured")
         else:
             methods[found[0]] = found[1]
+    chosen: dict[str, float] = {}
     for name, method in methods.items():
         hyp = [method(d, v) for d, v in zip(dialogues, vectors, strict=True)]
         s = segmentation_scores(gold, hyp)
+        chosen = s if method is scored else chosen
         ref = REFERENCE.get(name)
         note = f"   [ref Pk {ref[0]:.3f} WD {ref[1]:.3f} F1 {ref[2]:.3f} placed {ref[3]}]" if ref else ""
         print(
-            f"  {name:<52} Pk = {s['pk']:.3f} WindowDiff = {s['windowdiff']:.3f} "
+            f"  {name:<62} Pk = {s['pk']:.3f} WindowDiff = {s['windowdiff']:.3f} "
             f"F1 = {s['f1']:.3f} placed = {s['placed']}{note}"
+        )
+    print_against_train(rankings["epimem scorer"], chosen, args.split)
+
+
+def print_against_train(ap: float, chosen: dict[str, float], split: str) -> None:
+    """The chosen setting on this split beside its cross-validated figures inside train, and the targets."""
+    train = {"ap": weights.CV_AP, "f1": weights.CV_F1, "pk": weights.CV_PK}
+    here = {"ap": ap, "f1": chosen["f1"], "pk": chosen["pk"]}
+    print(f"\nchosen on train (L2 {weights.L2:g}, threshold {weights.THRESHOLD:+.2f}, min {weights.MIN_MESSAGES}):")
+    for key, label in (("ap", "AP"), ("f1", "F1"), ("pk", "Pk")):
+        met = here[key] <= TARGETS[key] if key == "pk" else here[key] >= TARGETS[key]
+        sign = "<=" if key == "pk" else ">="
+        print(
+            f"  {label:<3} {split} {here[key]:.3f}   train 5-fold CV {train[key]:.3f}   "
+            f"target {sign} {TARGETS[key]:.2f}: {'met' if met else 'NOT met'}"
         )
 
 

@@ -70,20 +70,33 @@ REALTALK = locomo.LOCOMO.parent / "realtalk-dev"
 @pytest.mark.slow
 def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
     """tests/benchmarks/recall.py --quick --mode both: both datasets through the service, flushed and as a chat app
-    (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed."""
+    (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed; REALTALK's short
+    form holds one chat of each circle of friends (chats 1-4, chats 5-7), each circle with its own table,
+    and LoCoMo's adversarial questions (category 5) have their column."""
     if not locomo.LOCOMO.exists() or not REALTALK.is_dir():
         pytest.skip(f"benchmark data not found next to the checkout ({locomo.LOCOMO.parent})")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", benchmark_data.ENV: str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
     command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--mode", "both"]
     command += ["--data-dir", str(tmp_path / "data")]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "## locomo: conv-30" in out and "## realtalk: Chat_1_Emi_Elise" in out
+    assert "## locomo: conv-30" in out and "## realtalk: Chat_1_Emi_Elise, Chat_6_Vanessa_Nicolas" in out
     assert out.count("ingested chat") == 2 and out.count("ingested flushed") == 2
-    for label in ("| epimem context |", "| RRF of both, k=60 (single turns) |", "| epimem search | all |"):
-        assert out.count(label) == 4, out
-    rows = [line for line in out.splitlines() if line.startswith("| epimem context |")]
+    for circle in ("### circle elise, emi: Chat_1_Emi_Elise", "### circle nicolas, vanessa: Chat_6_Vanessa_Nicolas"):
+        assert out.count(circle) == 2, out  # one per mode
+    assert out.count("| 5 adversarial |") == 2, out  # LoCoMo's table in each mode
+    # per mode: LoCoMo, REALTALK, and each of the two circles
+    for label, count in (("| epimem context |", 8), ("| RRF of both, k=60 (single turns) |", 8)):
+        assert out.count(label) == count, out
+    assert out.count("| epimem search | all |") == 4, out
+    # the dataset tables (a circle's own table holds too few questions for a floor)
+    rows = [
+        line
+        for section in out.split("\n## ")[1:]
+        for line in section.split("### circle")[0].splitlines()
+        if line.startswith("| epimem context |")
+    ]
     overall = [float(cell) for row in rows for cell in row.split("|")[2].split("/")]
     assert all(0.3 < value <= 1.0 for value in overall), rows
     difference = out[out.index("## chat-app mode minus flushed mode") :]

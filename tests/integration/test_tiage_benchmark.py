@@ -42,7 +42,10 @@ def test_tiage_short_form_reports_the_scorer_beside_the_references() -> None:
     # the reference methods, recomputed on the same 20 dialogues
     assert figure(out, "a boundary every 4 turns", "placed") == 61  # 3 per 14-16 turns, 4 for one of 18
     assert figure(out, "1 - cosine of adjacent turns", "AP") < figure(out, "epimem scorer", "AP")
-    scorer = "epimem scorer + selection (min 1"
+    scorer = "epimem scorer + selection, chosen on train"
     assert figure(out, scorer, "F1") > figure(out, "TextTiling over MiniLM", "F1")
     assert figure(out, scorer, "F1") > figure(out, "cosine of 3-turn windows", "F1")
     assert figure(out, scorer, "Pk") < figure(out, "a boundary every 4 turns", "Pk")
+    # the granularity chosen on train, its cross-validated train figures beside the ones measured here
+    chosen = out[out.index("chosen on train (") :]
+    assert len(re.findall(r"dev [0-9.]+ +train 5-fold CV [0-9.]+ +target", chosen)) == 3, chosen

@@ -186,3 +186,38 @@ def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
     # every turn takes its episode's better cosine (episode_share 0.8 of a gain over 0.05), and only that changes
     assert len(rows) == 12 and gain.min() > 0.8 * 0.05
     assert float(gain.max() - gain.min()) < 1e-9
+
+
+def test_a_question_naming_the_wrong_person_can_still_reach_what_the_other_said(service: Epimem, group_id: str) -> None:
+    # LoCoMo's adversarial questions: "What did Ana realise after her charity race?" when Ben ran it.
+    texts = [
+        "I finally finished the charity race and realised self-care really matters.",  # Ben
+        "My garden is full of tomatoes this year.",  # Ana
+        "We should plan a picnic by the river soon.",  # Ben
+        "I repainted the kitchen a pale green colour.",  # Ana
+    ]
+    batch = messages(len(texts), prefix="m", start=T0, text=texts, speakers=("Ben", "Ana"))
+    service.add_messages(group_id, "s", batch)
+    episodes = service.flush(group_id, "s")
+    searcher = service.searcher
+    rows = searcher.episode_rows(group_id, [e.uuid for e in episodes])
+    query = "What did Ana realise after the charity race?"
+    vector = unit(searcher.embed_query(query))
+    keyword = searcher.keyword_scores(group_id, query)[1]
+    plain = ContextQuery(query=query)
+    analysis = searcher.analyse(group_id, plain, ScoringPolicy())
+    assert analysis.named == {"ana"}
+    speakers = [str(s).casefold() for s in rows.speakers]
+    assert speakers == ["ben", "ana", "ben", "ana"]
+    bonus = ScoringPolicy().speaker_bonus
+    before = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy())
+    without = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_bonus=0.0))
+    assert list(before - without) == pytest.approx([0.0, bonus, 0.0, bonus])  # the prior: Ana's turns only
+    assert int(without.argmax()) == 0  # yet Ben's turn is the one that matches
+    # admitted: the best match before the prior gets it too, whoever said it; nothing else changes
+    admitted = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_admit=1))
+    assert list(admitted - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
+    assert int(admitted.argmax()) == 0
+    # a share of the prior for the speakers the question does not name
+    shared = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(other_speaker_share=0.5))
+    assert list(shared - before) == pytest.approx([bonus / 2, 0.0, bonus / 2, 0.0])

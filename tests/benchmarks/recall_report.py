@@ -1,0 +1,243 @@
+"""Held-out reporting for recall_tune.py: folds by circle of friends, the guard against a mechanism that
+helps one circle and hurts another, the figures per circle beside single-turn RRF, the targets, and
+recall against chat length.
+
+Folds: each LoCoMo conversation is one (leave-one-conversation-out: its people are not in the other
+conversations, although two LoCoMo conversations reuse the first name John for different people);
+REALTALK's chats are grouped by circle of friends (chats that share a speaker: chats 1-4 and 5-7), so a
+held-out chat never shares its people or their way of writing with the chats its weights were chosen on.
+
+Domains (what the guard compares): LoCoMo as a whole, and each REALTALK circle. A variant is eligible
+in a fold only if, on the fold's training conversations, it lowers no domain's objective by more than
+:data:`TOLERANCE` against the default.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from locomo import baseline_recall
+from recall import BUDGETS, CATEGORIES, CATEGORY_NAMES, HEADLINE, Sample, Scores, circles, merge, table
+
+TOLERANCE = 0.001
+TARGET_LOCOMO = 0.87  # held-out, 1,000 tokens, categories 1-4
+TARGET_MARGIN = 0.15  # REALTALK held-out at 1,000 tokens over single-turn RRF, on each circle
+
+
+def folds(datasets: dict[str, list[Sample]]) -> dict[str, list[str]]:
+    """Fold name -> its conversations: one per LoCoMo conversation, one per REALTALK circle."""
+    found: dict[str, list[str]] = {}
+    for dataset, samples in datasets.items():
+        if dataset == "realtalk":
+            found |= {f"circle {people}": ids for people, ids in circles(samples).items()}
+        else:
+            found |= {s.sample_id: [s.sample_id] for s in samples}
+    return found
+
+
+def domains(datasets: dict[str, list[Sample]]) -> dict[str, set[str]]:
+    """Domain name -> its conversations: LoCoMo whole, each REALTALK circle on its own."""
+    found: dict[str, set[str]] = {}
+    for dataset, samples in datasets.items():
+        if dataset == "realtalk":
+            found |= {f"REALTALK circle {people}": set(ids) for people, ids in circles(samples).items()}
+        else:
+            found[dataset] = {s.sample_id for s in samples}
+    return found
+
+
+def objective(per_conversation: dict[str, Scores], conversations: dict[str, str], keep: set[str]) -> float:
+    """Mean recall over the budgets and every question (LoCoMo's category 5 included), each dataset
+    weighing the same, over the kept conversations."""
+    figures = []
+    for dataset in sorted(set(conversations.values())):
+        kept = {c: s for c, s in per_conversation.items() if c in keep and conversations[c] == dataset}
+        if kept:
+            merged = merge(kept)
+            figures.append(statistics.fmean(merged.mean(b, CATEGORIES[dataset]) for b in BUDGETS))
+    return statistics.fmean(figures)
+
+
+def eligible(
+    results: dict[str, dict[str, Scores]],
+    name: str,
+    conversations: dict[str, str],
+    areas: dict[str, set[str]],
+    keep: set[str],
+) -> bool:
+    """The variant lowers no domain (within ``keep``) by more than TOLERANCE against the default."""
+    for members in areas.values():
+        inside = members & keep
+        if inside:
+            default = objective(results["default"], conversations, inside)
+            if objective(results[name], conversations, inside) < default - TOLERANCE:
+                return False
+    return True
+
+
+def leave_one_fold_out(
+    results: dict[str, dict[str, Scores]], datasets: dict[str, list[Sample]]
+) -> tuple[dict[str, Scores], dict[str, str]]:
+    """(conversation -> held-out Scores, fold -> the variant chosen without it): each fold is scored with
+    the eligible variant of the best objective on the other folds."""
+    conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
+    areas = domains(datasets)
+    held: dict[str, Scores] = {}
+    chosen: dict[str, str] = {}
+    for fold, members in folds(datasets).items():
+        keep = set(conversations) - set(members)
+        candidates = [n for n in results if eligible(results, n, conversations, areas, keep)]
+        best = max(candidates, key=lambda n: (objective(results[n], conversations, keep), n == "default"))
+        chosen[fold] = best
+        held |= {c: results[best][c] for c in members}
+    return held, chosen
+
+
+def domain_table(results: dict[str, dict[str, Scores]], datasets: dict[str, list[Sample]]) -> str:
+    """Each variant's in-sample objective per domain, minus the default's; a variant that raises one
+    domain and lowers another is marked (not taken by the guard where both are in a fold's training)."""
+    conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
+    areas = domains(datasets)
+    lines = ["| variant | " + " | ".join(areas) + " | |", "|---|" + "---|" * (len(areas) + 1)]
+    for name, scores in results.items():
+        base = [objective(results["default"], conversations, m) for m in areas.values()]
+        mine = [objective(scores, conversations, m) for m in areas.values()]
+        deltas = [m - b for m, b in zip(mine, base, strict=True)]
+        split = max(deltas) > TOLERANCE and min(deltas) < -TOLERANCE
+        cells = [f"{m:.4f}" if name == "default" else f"{d:+.4f}" for m, d in zip(mine, deltas, strict=True)]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'helps one, hurts another' if split else ''} |")
+    return "\n".join(lines)
+
+
+def rrf_per_conversation(samples: Sequence[Sample], embedder: Any) -> dict[str, Scores]:
+    return {s.sample_id: baseline_recall([s], "rrf", embedder=embedder) for s in samples}
+
+
+def held_out_tables(
+    dataset: str,
+    samples: Sequence[Sample],
+    in_sample: dict[str, Scores],
+    held: dict[str, Scores],
+    rrf: dict[str, Scores],
+) -> list[str]:
+    """Markdown tables: the dataset, then (REALTALK) each circle: RRF, in-sample default, held-out."""
+    parts = {dataset: [s.sample_id for s in samples]}
+    if dataset == "realtalk":
+        parts |= {f"circle {people}": ids for people, ids in circles(samples).items()}
+    out = []
+    for label, ids in parts.items():
+        rows = {
+            "RRF (single turns)": merge({c: rrf[c] for c in ids}),
+            "in-sample (default)": merge({c: in_sample[c] for c in ids}),
+            "held-out (leave-one-circle-out)": merge({c: held[c] for c in ids}),
+        }
+        out.append(
+            f"\n### {label} ({len(ids)} conversations)\n\n"
+            + table(rows, CATEGORIES[dataset], BUDGETS, HEADLINE[dataset])
+        )
+    return out
+
+
+def targets(
+    datasets: dict[str, list[Sample]], held: dict[str, Scores], rrf: dict[str, Scores], budget: int = 1000
+) -> list[str]:
+    """One line per target: met or not, with the figures."""
+    lines = []
+    for dataset, samples in datasets.items():
+        ids = [s.sample_id for s in samples]
+        mine, base = merge({c: held[c] for c in ids}), merge({c: rrf[c] for c in ids})
+        if dataset == "locomo":
+            value = mine.mean(budget, HEADLINE[dataset])
+            lines.append(
+                f"LoCoMo held-out {value:.3f} >= {TARGET_LOCOMO} at {budget:,}: {_met(value >= TARGET_LOCOMO)}"
+            )
+        else:
+            for people, members in circles(samples).items():
+                m = merge({c: held[c] for c in members}).mean(budget, HEADLINE[dataset])
+                r = merge({c: rrf[c] for c in members}).mean(budget, HEADLINE[dataset])
+                lines.append(
+                    f"REALTALK circle {people}: held-out {m:.3f} = RRF {r:.3f} {m - r:+.3f} "
+                    f"(target +{TARGET_MARGIN}): {_met(m - r >= TARGET_MARGIN - 1e-9)}"
+                )
+        below = [
+            f"{CATEGORY_NAMES[c]} at {b:,}: {mine.mean(b, [c]):.3f} < {base.mean(b, [c]):.3f}"
+            for c in CATEGORIES[dataset]
+            for b in BUDGETS
+            if mine.mean(b, [c]) < base.mean(b, [c])
+        ]
+        lines.append(
+            f"{dataset}: no category below RRF at any budget: {_met(not below)}"
+            + ("; " + ", ".join(below) if below else "")
+        )
+    return lines
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def length_table(
+    samples: Sequence[Sample],
+    held: dict[str, Scores],
+    rrf: dict[str, Scores],
+    rows_of: Callable[[str], Any],
+    budget: int = 1000,
+) -> str:
+    """Recall against chat length: one row per conversation, in order of length, with what the group's
+    scoring sees (episodes, messages per episode, whether the whole group is scored)."""
+    lines = [
+        f"| conversation | messages | questions | epimem held-out @{budget:,} | RRF @{budget:,} | lead | episodes | "
+        "messages per episode | whole group scored |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for sample in sorted(samples, key=lambda s: sum(len(m) for m in s.locomo.sessions.values())):
+        c = sample.sample_id
+        dataset_categories = (1, 2, 3, 4)
+        messages = sum(len(m) for m in sample.locomo.sessions.values())
+        mine, base = held[c].mean(budget, dataset_categories), rrf[c].mean(budget, dataset_categories)
+        rows = rows_of(c)
+        episodes = len(rows.episodes) if rows is not None else 0
+        size = f"{len(rows) / episodes:.1f}" if episodes else "-"
+        lines.append(
+            f"| {c} | {messages:,} | {held[c].count(budget, dataset_categories)} | {mine:.3f} | {base:.3f} | "
+            f"{mine - base:+.3f} | {episodes or '-'} | {size} | {'yes' if rows is not None else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def prefix_questions(sample: Sample, share: float = 0.5) -> tuple[Any, list[tuple[int, str, tuple[str, ...]]]]:
+    """(the time that ends the first ``share`` of the chat's messages, the questions whose evidence all
+    lies before it): what the same questions would find if the chat had stopped there."""
+    from recall import scored_questions
+
+    ordered = sorted((m for ms in sample.locomo.sessions.values() for m in ms), key=lambda m: m.timestamp)
+    cut = ordered[int(len(ordered) * share)].timestamp
+    before = {m.id for m in ordered if m.timestamp < cut}
+    return cut, [q for q in scored_questions(sample) if set(q[2]) <= before]
+
+
+def prefix_table(samples: Sequence[Sample], context: Callable[..., Any], budget: int = 1000) -> str:
+    """For each conversation: the questions answered in its first half, asked of the whole chat and of
+    its first half only (a scope that ends there). The difference is what the second half costs them:
+    distractors said later."""
+    from locomo import evidence_recall
+
+    lines = [
+        f"| conversation | questions on the first half | whole chat @{budget:,} | first half only @{budget:,} "
+        "| cost of the rest |",
+        "|---|---|---|---|---|",
+    ]
+    for sample in samples:
+        cut, asked = prefix_questions(sample)
+        whole, half = [], []
+        for _category, question, evidence in asked:
+            for values, end in ((whole, None), (half, cut)):
+                result = context(sample.sample_id, question, budget, end)
+                cited = {m for citation in result.citations for m in citation.message_ids}
+                values.append(evidence_recall(evidence, cited))
+        if asked:
+            w, h = statistics.fmean(whole), statistics.fmean(half)
+            lines.append(f"| {sample.sample_id} | {len(asked)} | {w:.3f} | {h:.3f} | {w - h:+.3f} |")
+    return "\n".join(lines)
