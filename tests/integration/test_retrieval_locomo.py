@@ -85,7 +85,7 @@ def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
     assert out.count("ingested chat") == 2 and out.count("ingested flushed") == 2
     for circle in ("### circle elise, emi: Chat_1_Emi_Elise", "### circle nicolas, vanessa: Chat_6_Vanessa_Nicolas"):
         assert out.count(circle) == 2, out  # one per mode
-    assert out.count("| 5 adversarial |") == 2, out  # LoCoMo's table in each mode
+    assert out.count("| 5 adversarial |") == 3, out  # LoCoMo's table in each mode, and chat minus flushed
     # per mode: LoCoMo, REALTALK, and each of the two circles
     for label, count in (("| epimem context |", 8), ("| RRF of both, k=60 (single turns) |", 8)):
         assert out.count(label) == count, out
