@@ -35,7 +35,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
         chosen = [b for b in metafunc.config.getoption("--backends").split(",") if b]
-        metafunc.parametrize("backend", chosen, scope="session")
+        # The Chroma server runs of every storage test belong to the whole command, not to the quick loop
+        # (`pytest -m "not slow"` keeps the embedded runs).
+        params = [pytest.param(b, marks=pytest.mark.slow) if b == "server" else b for b in chosen]
+        metafunc.parametrize("backend", params, scope="session")
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,9 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 # ReDoc's "API docs by Redocly" footer image: its one outside request, which it hides itself when it fails
 # (onError); nothing of the page depends on it.
 REDOC_FOOTER_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"

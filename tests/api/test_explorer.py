@@ -31,6 +31,9 @@ from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import SessionInfo
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 # The pictures in docs/images are taken again only on request (EPIMEM_UPDATE_IMAGES=1): a run of the suite
 # leaves the tree as it found it. Otherwise they go to a temporary folder (still taken: a page that cannot be
 # photographed fails).

@@ -18,6 +18,9 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 # The README's quickstart: two sessions, four days apart.
 QUICKSTART = {
     "chat-1": [

@@ -21,6 +21,9 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 ADMIN = "import-admin-key-0123456"
 WRITER = "import-writer-key-012345"
 GROUP = "ledger"

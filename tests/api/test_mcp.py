@@ -29,6 +29,9 @@ from api.settings import Settings
 from epimem_client import EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 TOOLS = {
     "add_messages",
     "search_memory",

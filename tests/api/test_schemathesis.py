@@ -20,6 +20,9 @@ from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 EXAMPLES_PER_OPERATION = 10
 KEY = "schemathesis-admin-key-0123456789"
 BUDGET_SECONDS = 120

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from helpers.builders import T0, chat
 from helpers.fake_openai import FakeOpenAI, Reply, episode_from_prompt
 from helpers.processes import clean_env
@@ -18,6 +19,9 @@ from helpers.servers import ServerProcess
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
 
 GROUP = "recovering"
 SESSIONS = 12

@@ -26,6 +26,9 @@ from api.settings import Settings
 from memory import tracing
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 GROUP = "secret-group-7f3a"
 TEXT = "Caroline adopted a golden retriever called Rex"
 

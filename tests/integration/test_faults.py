@@ -20,6 +20,9 @@ from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import StoreUnavailableError
 from memory.models import GenerationMethod
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 # -- store outage --------------------------------------------------------------------------------------------
 
 

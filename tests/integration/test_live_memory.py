@@ -23,6 +23,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from api.facade import Epimem
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 REX = [
     ("Caroline", "I adopted a golden retriever called Rex yesterday."),
     ("Melanie", "Lovely! You should take Rex hiking at Lake Tahoe."),

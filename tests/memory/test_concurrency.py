@@ -33,6 +33,9 @@ from memory.errors import ConflictError
 from memory.ingest.coordination import LeaseCoordinator, LeaseLostError, SessionBusyError
 from memory.models import Episode, Segment
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 # -- the Chroma property the lease relies on, and the lease itself --------------------------------------------
 
 

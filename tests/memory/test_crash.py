@@ -27,6 +27,9 @@ from helpers.servers import ServerProcess
 from api.facade import Epimem
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 SESSIONS = ("s0", "s1", "s2")
 
 _INGEST = textwrap.dedent(

@@ -10,6 +10,9 @@ import pytest
 from api.facade import Epimem
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 TEXTS = [
     "A man is eating food.",
     "A man is eating a piece of bread.",

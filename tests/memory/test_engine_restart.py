@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from helpers.builders import messages
 from helpers.paths import ROOT
 from helpers.servers import ChromaServer
@@ -20,6 +21,9 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.store.connection import open_connection
+
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
 
 
 def chat(session: int, count: int = 4) -> list[dict[str, str]]:

@@ -31,6 +31,9 @@ from memory.store import codec
 from memory.store.connection import close_embedded
 from memory.store.erasure import residue_collections
 
+# Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def make_embedded(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Callable[[], Epimem]]:
