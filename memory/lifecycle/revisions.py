@@ -66,17 +66,25 @@ def _record_prefix(session_id: str, episode_id: str) -> str:
     return f"rev-{digest[:40]}-"
 
 
-def generated(episode: Episode) -> Revision:
-    """Revision 0 of an episode never corrected: the episode itself."""
+def revision_of(
+    episode: Episode, *, revision: int, kind: RevisionKind, at: datetime, actor: str, reason: str | None = None
+) -> Revision:
+    """The episode's title, content and metadata as its revision number ``revision``."""
     return Revision(
-        revision=0,
-        kind=RevisionKind.GENERATED,
+        revision=revision,
+        kind=kind,
         title=episode.title,
         content=episode.content,
         user_metadata=dict(episode.user_metadata),
-        changed_at=episode.created_at,
-        changed_by=SYSTEM_ACTOR,
+        changed_at=at,
+        changed_by=actor,
+        reason=reason,
     )
+
+
+def generated(episode: Episode) -> Revision:
+    """Revision 0 of an episode never corrected: the episode itself."""
+    return revision_of(episode, revision=0, kind=RevisionKind.GENERATED, at=episode.created_at, actor=SYSTEM_ACTOR)
 
 
 class RevisionLog:
@@ -114,18 +122,7 @@ class RevisionLog:
         history = self.stored(before.group_id, before.session_id, before.uuid)
         new: list[Revision] = [] if history else [generated(before)]
         number = len(history) or 1
-        new.append(
-            Revision(
-                revision=number,
-                kind=kind,
-                title=after.title,
-                content=after.content,
-                user_metadata=dict(after.user_metadata),
-                changed_at=at,
-                changed_by=actor,
-                reason=reason,
-            )
-        )
+        new.append(revision_of(after, revision=number, kind=kind, at=at, actor=actor, reason=reason))
         self.put(before.group_id, before.session_id, before.uuid, new)
         return number
 
@@ -140,18 +137,7 @@ class RevisionLog:
         erase_all = kind is RevisionKind.REDACTED
         marked = [_marked(item, erase_all=erase_all) for item in history]
         number = len(history)
-        marked.append(
-            Revision(
-                revision=number,
-                kind=kind,
-                title=after.title,
-                content=after.content,
-                user_metadata=dict(after.user_metadata),
-                changed_at=at,
-                changed_by=SYSTEM_ACTOR,
-                reason=reason,
-            )
-        )
+        marked.append(revision_of(after, revision=number, kind=kind, at=at, actor=SYSTEM_ACTOR, reason=reason))
         self.put(before.group_id, before.session_id, before.uuid, marked)
         return number
 
