@@ -67,6 +67,11 @@ class ScoringPolicy:
     speaker_admit: int = 0
     other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
     speaker_cap: bool = False  # the bonus also for a message that outscores every message of the named speakers
+    speaker_cap_margin: float = 0.0  # ... by more than this (with ``speaker_cap``)
+    # When another speaker's best message outscores every message of the named speakers by more than this
+    # (before the bonus), the question is read as naming the wrong person and the bonus goes to every
+    # message (None: never).
+    speaker_gate: float | None = None
 
 
 class RowSource(Protocol):
@@ -199,9 +204,13 @@ def _speaker_prior(
     mine = np.isin(rows.speakers, list(analysis.named))
     prior = np.where(mine, 1.0, policy.other_speaker_share)
     ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
+    best_named = float(ranked[mine].max()) if mine.any() else -np.inf
+    if policy.speaker_gate is not None and np.isfinite(best_named):
+        others = ranked[~mine]
+        if len(others) and float(others.max()) > best_named + policy.speaker_gate:
+            return np.ones(len(rows))
     if policy.speaker_cap:
-        best_named = float(ranked[mine].max()) if mine.any() else -np.inf
-        prior[np.isfinite(ranked) & (ranked > best_named)] = 1.0
+        prior[np.isfinite(ranked) & (ranked > best_named + policy.speaker_cap_margin)] = 1.0
     if policy.speaker_admit > 0:
         best = np.argsort(-ranked, kind="stable")[: policy.speaker_admit]
         prior[best[np.isfinite(ranked[best])]] = 1.0

@@ -79,6 +79,13 @@ VARIANTS: dict[str, PackingPolicy] = {
     "no speaker prior": replace(BASE, speaker_bonus=0.0),
     "prior cap": replace(BASE, speaker_cap=True),
     "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_admit=1),
+    "prior cap + 0.1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.1),
+    "prior cap + 0.2": replace(BASE, speaker_cap=True, speaker_cap_margin=0.2),
+    "wrong-person gate 0.1": replace(BASE, speaker_gate=0.1),
+    "wrong-person gate 0.15": replace(BASE, speaker_gate=0.15),
+    "wrong-person gate 0.2": replace(BASE, speaker_gate=0.2),
+    "prior cap + wrong-person gate 0.2": replace(BASE, speaker_cap=True, speaker_gate=0.2),
+    "wrong-person gate 0.3": replace(BASE, speaker_gate=0.3),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {

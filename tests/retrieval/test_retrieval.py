@@ -221,3 +221,16 @@ def test_a_question_naming_the_wrong_person_can_still_reach_what_the_other_said(
     # a share of the prior for the speakers the question does not name
     shared = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(other_speaker_share=0.5))
     assert list(shared - before) == pytest.approx([bonus / 2, 0.0, bonus / 2, 0.0])
+    # the cap: the bonus also for what outscores every one of Ana's turns (Ben's race), by more than its margin
+    capped = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_cap=True))
+    assert list(capped - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
+    lead = float(without[0] - max(without[1], without[3]))  # Ben's race over Ana's best turn
+    assert lead > 0.05
+    wide = ScoringPolicy(speaker_cap=True, speaker_cap_margin=lead + 0.01)
+    assert list(row_scores(rows, vector, keyword, plain, analysis, wide)) == pytest.approx(list(before))
+    # the gate: another speaker's best leads Ana's best by more than the gate, so the question is read as
+    # naming the wrong person and every turn gets the bonus (the order before the prior); a wider gate: the prior
+    gated = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead - 0.01))
+    assert list(gated - without) == pytest.approx([bonus] * 4)
+    kept = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead + 0.01))
+    assert list(kept) == pytest.approx(list(before))
