@@ -200,7 +200,9 @@ def _speaker_prior(
     rows: MessageRows, scores: np.ndarray, query: Query, analysis: QueryAnalysis, policy: ScoringPolicy
 ) -> np.ndarray:
     """1 for the named speakers' messages, for the ``speaker_admit`` best-scored messages in scope and
-    (``speaker_cap``) for those that outscore every named speaker's message; ``other_speaker_share`` for the rest."""
+    (``speaker_cap``) for those that outscore every named speaker's message by more than ``speaker_cap_margin``;
+    ``other_speaker_share`` for the rest. 1 for every message when another speaker's best outscores the named
+    speakers' best by more than ``speaker_gate`` (the question read as naming the wrong person)."""
     mine = np.isin(rows.speakers, list(analysis.named))
     prior = np.where(mine, 1.0, policy.other_speaker_share)
     ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)

@@ -14,8 +14,10 @@ in a fold only if, on the fold's training conversations, it lowers no domain's o
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from locomo import baseline_recall
@@ -111,8 +113,31 @@ def domain_table(results: dict[str, dict[str, Scores]], datasets: dict[str, list
     return "\n".join(lines)
 
 
-def rrf_per_conversation(samples: Sequence[Sample], embedder: Any) -> dict[str, Scores]:
-    return {s.sample_id: baseline_recall([s], "rrf", embedder=embedder) for s in samples}
+def rrf_per_conversation(samples: Sequence[Sample], embedder: Any, cache: Path | None = None) -> dict[str, Scores]:
+    """Single-turn RRF per conversation; with ``cache``, read from that JSON file when it holds every
+    conversation, else computed and written there (the baseline depends on the data only, not on epimem)."""
+    ids = [s.sample_id for s in samples]
+    if cache is not None and cache.exists():
+        stored = json.loads(cache.read_text(encoding="utf-8"))
+        if all(i in stored for i in ids):
+            return {i: _scores(stored[i]) for i in ids}
+    found = {s.sample_id: baseline_recall([s], "rrf", embedder=embedder) for s in samples}
+    if cache is not None:
+        stored = json.loads(cache.read_text(encoding="utf-8")) if cache.exists() else {}
+        stored |= {
+            i: {str(c): {str(k): v for k, v in keys.items()} for c, keys in scores.values.items()}
+            for i, scores in found.items()
+        }
+        cache.write_text(json.dumps(stored), encoding="utf-8")
+    return found
+
+
+def _scores(stored: dict[str, dict[str, list[float]]]) -> Scores:
+    scores = Scores()
+    for category, keys in stored.items():
+        for key, values in keys.items():
+            scores.values[int(category)][int(key)].extend(values)
+    return scores
 
 
 def held_out_tables(

@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import recall_report  # noqa: E402
 from recall import (  # noqa: E402
+    BUDGETS,
+    CATEGORIES,
     EPISODE_KS,
     HEADLINE,
     Sample,
@@ -40,6 +42,7 @@ from recall import (  # noqa: E402
     episode_recall,
     load_dataset,
     merge,
+    table,
 )
 
 from retrieval.context import ContextBuilder, PackingPolicy  # noqa: E402
@@ -80,7 +83,9 @@ VARIANTS: dict[str, PackingPolicy] = {
     "prior cap": replace(BASE, speaker_cap=True),
     "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_admit=1),
     "prior cap + 0.1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.1),
+    "prior cap + 0.15": replace(BASE, speaker_cap=True, speaker_cap_margin=0.15),
     "prior cap + 0.2": replace(BASE, speaker_cap=True, speaker_cap_margin=0.2),
+    "prior cap + 0.3": replace(BASE, speaker_cap=True, speaker_cap_margin=0.3),
     "wrong-person gate 0.1": replace(BASE, speaker_gate=0.1),
     "wrong-person gate 0.15": replace(BASE, speaker_gate=0.15),
     "wrong-person gate 0.2": replace(BASE, speaker_gate=0.2),
@@ -203,18 +208,24 @@ def print_loo(
     variants: dict[str, PackingPolicy] | None = None,
     *,
     search: bool = True,
+    rrf_cache: Path | None = None,
 ) -> dict[str, Any]:
     outcome = run(services, datasets, variants or VARIANTS)
     results, held = outcome["results"], outcome["held"]
     rrf: dict[str, Scores] = {}
     for dataset, samples in datasets.items():
-        rrf |= recall_report.rrf_per_conversation(samples, services[dataset].embedder)
+        rrf |= recall_report.rrf_per_conversation(samples, services[dataset].embedder, rrf_cache)
     print("\n## held out: leave-one-conversation-out (LoCoMo) and leave-one-circle-out (REALTALK), context weights")
     print("chosen without each fold: " + "; ".join(f"{f}: {v}" for f, v in outcome["chosen"].items()))
     for dataset, samples in datasets.items():
         print("\n".join(recall_report.held_out_tables(dataset, samples, results["default"], held, rrf)))
     print("\n### each variant in sample, per domain (objective; the others: minus the default)\n")
     print(recall_report.domain_table(results, datasets))
+    for dataset, samples in datasets.items():
+        ids = {s.sample_id for s in samples}
+        print(f"\n### {dataset}: each variant in sample, per category\n")
+        per_variant = {name: merge({c: s for c, s in scores.items() if c in ids}) for name, scores in results.items()}
+        print(table(per_variant, CATEGORIES[dataset], BUDGETS, HEADLINE[dataset]))
     print("\n### targets (held out, 1,000 tokens)\n")
     print("\n".join(recall_report.targets(datasets, held, rrf)))
     for dataset, samples in datasets.items():
@@ -280,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="the short datasets of recall.py --quick")
     parser.add_argument("--search-only", action="store_true", help="only the search table (SEARCH_VARIANTS)")
     parser.add_argument("--no-search", action="store_true", help="leave the search table out")
+    parser.add_argument("--rrf-cache", type=Path, default=None, help="JSON file keeping the single-turn RRF figures")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
@@ -301,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             datasets,
             {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS},
             search=not args.no_search,
+            rrf_cache=args.rrf_cache,
         )
     finally:
         for service in opened.values():
