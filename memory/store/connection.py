@@ -36,6 +36,7 @@ from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
 from memory.store.erasure import ErasureReport, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
+from memory.store.snapshot_files import SnapshotFiles
 
 CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 
@@ -65,6 +66,8 @@ class ChromaConnection:
         # group -> local version -> what that write changed (memory.store.versions: read caches patch
         # themselves with it instead of rebuilding); emptied by any write that does not say.
         self._changes: dict[str, dict[int, Any]] = {}
+        # Read snapshots kept on disk between runs (embedded only: one process writes the folder).
+        self.files = SnapshotFiles(self.path.parent) if self.path is not None else None
         self.restarts = 0
         self.client = start()
 
@@ -78,6 +81,8 @@ class ChromaConnection:
         """Count a write of this process to a group's records (what the read caches compare);
         ``change``: what the write did (memory.store.snapshot_patch.Change; kept for the caches, a few
         hundred writes), None when it does not say."""
+        if self.files is not None:  # before the version moves: a reader of the new version finds no file
+            self.files.written(group_id)
         with self._lock:
             version = self._versions.get(group_id, 0) + 1
             self._versions[group_id] = version
