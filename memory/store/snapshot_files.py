@@ -37,12 +37,13 @@ import os
 import shutil
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memory.models import GroupConfiguration, Message, SessionInfo
+from memory.models import GroupConfiguration, Message, Role, SessionInfo
 from memory.store.group_snapshot import GroupSnapshot, estimate_bytes
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 FOLDER = "read-snapshots"
 CLAIMED = "read-snapshots.open"
-FORMAT = 1
+FORMAT = 2
 SUFFIX = ".snap"
 # A derived structure that can be kept on disk: ``arrays()`` gives its state; a restorer registered on
 # the cache under the same key (``SnapshotCache.restorers``) builds it again for a loaded snapshot.
@@ -187,7 +188,7 @@ class SnapshotFiles:
             arrays["metadatas"] = _text(snapshot.metadatas)
             arrays["directions"] = snapshot.directions
             messages = snapshot.messages or {}
-            arrays["messages"] = _text({key: message.model_dump(mode="json") for key, message in messages.items()})
+            arrays["messages"] = _text({key: _message_row(message) for key, message in messages.items()})
         for key, value in snapshot.derived_items():
             if hasattr(value, "arrays"):
                 arrays.update({f"d.{key}.{name}": array for name, array in value.arrays().items()})
@@ -230,9 +231,36 @@ def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], me
         snapshot.full = True
         snapshot.metadatas = _json(loaded, "metadatas")
         snapshot.directions = np.array(loaded["directions"])  # writable, as a built one
-        snapshot.messages = {key: Message.model_validate(value) for key, value in _json(loaded, "messages").items()}
+        snapshot.messages = {key: _message(row) for key, row in _json(loaded, "messages").items()}
     snapshot.nbytes = estimate_bytes(snapshot)
     return snapshot
+
+
+def _message_row(message: Message) -> list[Any]:
+    return [
+        message.id,
+        message.role.value,
+        message.content,
+        message.timestamp.isoformat(),
+        message.producer_id,
+        message.produced_for_id,
+        message.metadata,
+    ]
+
+
+def _message(row: list[Any]) -> Message:
+    """A message written by ``_message_row`` (validated when it was stored: not again, which took most
+    of a load's time)."""
+    identifier, role, content, timestamp, producer, produced_for, metadata = row
+    return Message.model_construct(
+        id=identifier,
+        role=Role(role),
+        content=content,
+        timestamp=datetime.fromisoformat(timestamp),
+        producer_id=producer,
+        produced_for_id=produced_for,
+        metadata=metadata,
+    )
 
 
 def _sync(folder: Path) -> None:

@@ -121,6 +121,8 @@ class SnapshotCache:
         Runs inside a store call."""
         cached = self.cached(group_id)
         version = self.version(group_id, fresh=fresh, cached=cached)
+        if cached is not None and cached.version != version and self._own_stamp(cached, version):
+            cached.version = version  # the stamp moved by this process's writes alone, all of them applied
         if cached is not None and cached.version == version:
             with self._lock:
                 self.hits += 1
@@ -174,17 +176,17 @@ class SnapshotCache:
     def scrub(self, group_id: str) -> None:
         """Called after a delete (and other changes the service announces): the group's cached snapshot is
         replaced at once by one patched with what this process's writes since changed (deleted rows,
-        messages and keyword tokens gone), or dropped when that cannot be done (a Chroma server, a
-        write not journaled); nothing deleted stays cached until the next read."""
+        messages and keyword tokens gone), or dropped when that cannot be done (a write not journaled, on
+        a Chroma server another process's write since); nothing deleted stays cached until the next read."""
         with self._lock:
             building = self._building.setdefault(group_id, threading.Lock())
         with building:
             with self._lock:
                 cached = self._entries.pop(group_id, None)
-            if cached is None or self._collections.connection.shared:
+            if cached is None:
                 return
             with self._collections.connection.call():
-                snapshot = self._extended(cached, (versions.local(self._collections, group_id), None))
+                snapshot = self._extended(cached, self.version(group_id, fresh=True, cached=None))
             if snapshot is not None:
                 with self._lock:
                     self._entries[group_id] = snapshot
@@ -237,13 +239,25 @@ class SnapshotCache:
 
     # -- building -----------------------------------------------------------------------------------
 
+    def _own_stamp(self, cached: GroupSnapshot, version: Version) -> bool:
+        """With a Chroma server: the same writes of this process, and a stamp that moved by this
+        process's own key alone (a stamp read a moment late)."""
+        connection = self._collections.connection
+        return (
+            connection.shared
+            and cached.version[0] == version[0]
+            and versions.only_own(cached.version[1], version[1], connection.run_id)
+        )
+
     def _extended(self, cached: GroupSnapshot | None, version: Version) -> GroupSnapshot | None:
         """The cached snapshot patched with what this process's writes since changed (memory.store.
         snapshot_patch), when every one of them is journaled: no read of the group's records, and its
-        keyword index patched rather than built again. Embedded only (with a Chroma server, other
-        servers' writes are known by their stamp alone)."""
+        keyword index patched rather than built again. With a Chroma server, only when the shared stamp
+        says that no other process wrote since (memory.store.versions.only_own)."""
         connection = self._collections.connection
-        if cached is None or connection.shared or version[0] <= cached.version[0]:
+        if cached is None or version[0] <= cached.version[0]:
+            return None
+        if connection.shared and not versions.only_own(cached.version[1], version[1], connection.run_id):
             return None
         changes = connection.changes(cached.group_id, cached.version[0], version[0])
         if changes is None:
