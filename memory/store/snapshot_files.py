@@ -168,13 +168,15 @@ class SnapshotFiles:
         return snapshot
 
     def _write(self, snapshot: GroupSnapshot) -> None:
+        # Only the sessions rows still name: a patched snapshot keeps the name of a session whose rows went.
+        used, codes = np.unique(snapshot.session_codes, return_inverse=True)
         arrays: dict[str, np.ndarray] = {
             "meta": _text({"format": FORMAT, "group_id": snapshot.group_id, "count": len(snapshot)}),
             "ids": _text(snapshot.ids),
             "documents": _text(snapshot.documents),
             "kinds": snapshot.kinds,
-            "session_codes": snapshot.session_codes,
-            "session_names": _text(snapshot.session_names),
+            "session_codes": codes.astype(np.int32),
+            "session_names": _text([snapshot.session_names[int(code)] for code in used]),
             "timestamps": snapshot.timestamps,
             "episode_ids": _text(snapshot.episode_ids),
             "message_ids": _text(snapshot.message_ids),

@@ -184,6 +184,15 @@ def test_a_delete_scrubs_the_file_at_once(start: Callable[..., Epimem], tmp_path
     service = start()
     assert MARKER not in service.context(GROUP, MARKER, token_budget=300).text
     assert not [p for p in scan(folder) if "read-snapshots" in p]
+    gone = "zqsessiongone"  # a deleted session's id is not kept either
+    service.add_messages(GROUP, gone, [{"id": "q", "content": "A short-lived session about kites."}])
+    assert "kites" in service.context(GROUP, "kites", token_budget=300).text
+    service.delete_session(GROUP, gone)
+    assert "kites" not in service.context(GROUP, "kites", token_budget=300).text
+    service.close()
+    kept = [p.read_bytes() for p in (folder / FOLDER).iterdir()]
+    assert kept and not [data for data in kept if gone.encode() in data]
+    service = start()
     service.delete_group(GROUP)
     service.close()
     assert not list((folder / FOLDER).iterdir())
