@@ -24,6 +24,9 @@ from memory.store.factory import open_store
 from memory.store.snapshot_files import CLAIMED, FOLDER, file_name
 from retrieval.keyword import KeywordIndex
 
+# Restarts of the embedded engine in every test: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 GROUP = "files"
 MARKER = "zqmarkerquokka"
 
@@ -198,7 +201,6 @@ def test_a_delete_scrubs_the_file_at_once(start: Callable[..., Epimem], tmp_path
     assert not list((folder / FOLDER).iterdir())
 
 
-@pytest.mark.slow
 def test_nothing_is_kept_on_disk_with_a_chroma_server(chroma_server: Any, tmp_path: Path, embedder: Any) -> None:
     settings = Settings(data_dir=tmp_path / "data", chroma_host="127.0.0.1", chroma_port=chroma_server.port)
     service = Epimem.from_settings(settings, background=False, embedder=embedder)
