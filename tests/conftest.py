@@ -41,6 +41,56 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("backend", params, scope="session")
 
 
+# Test files by their share of the whole run (seconds of one measured run; relative figures are what
+# count). pytest-xdist hands out whole files (`--dist loadfile`) in collection order
+# (`--no-loadscope-reorder`): the longest go first, so that no long file starts last and runs alone at
+# the end. A file not listed costs DEFAULT_COST and keeps its place among those.
+FILE_COSTS = {
+    "tests/memory/test_concurrency.py": 890,
+    "tests/integration/test_docs.py": 520,
+    "tests/integration/test_notebooks.py": 400,
+    "tests/memory/test_lifecycle.py": 390,
+    "tests/integration/test_retrieval_locomo.py": 375,
+    "tests/memory/test_erasure.py": 325,
+    "tests/integration/test_benchmarks_short.py": 260,
+    "tests/retrieval/test_retrieval.py": 190,
+    "tests/integration/test_faults.py": 175,
+    "tests/retrieval/test_read_caches.py": 170,
+    "tests/retrieval/test_aliases.py": 160,
+    "tests/memory/test_deletion.py": 150,
+    "tests/retrieval/test_context.py": 140,
+    "tests/api/test_explorer.py": 135,
+    "tests/memory/test_corrections.py": 135,
+    "tests/retrieval/test_timeline.py": 115,
+    "tests/memory/test_foundation.py": 110,
+    "tests/api/test_api.py": 110,
+    "tests/api/test_hostile_input.py": 105,
+    "tests/api/test_startup.py": 105,
+    "tests/memory/test_snapshot_patches.py": 105,
+    "tests/memory/test_crash.py": 105,
+    "tests/integration/test_live_memory.py": 105,
+    "tests/memory/test_export.py": 100,
+    "tests/memory/test_speed_paths.py": 90,
+    "tests/api/test_stop_during_recovery.py": 80,
+    "tests/memory/test_engine_restart.py": 75,
+    "tests/api/test_import_integrity.py": 75,
+    "tests/integration/test_scaleout.py": 70,
+}
+DEFAULT_COST = 40
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    position = {item.nodeid: index for index, item in enumerate(items)}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        first.setdefault(file_of(item), index)
+    items.sort(key=lambda i: (-FILE_COSTS.get(file_of(i), DEFAULT_COST), first[file_of(i)], position[i.nodeid]))
+
+
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
