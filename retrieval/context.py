@@ -49,6 +49,10 @@ class PackingPolicy(ScoringPolicy):
     """How candidates become context: the message score's weights, and whether headers carry titles."""
 
     day_headers: bool = True  # one date line per day (else a header per piece, with its time)
+    # The context's speaker prior never buries a message that outscores all of the named speakers' by more
+    # than 0.15 (chosen held out, issue 29: LoCoMo's wrong-person questions; search keeps ScoringPolicy's).
+    speaker_cap: bool = True
+    speaker_cap_margin: float = 0.15
     titles: bool = False  # a header per piece, with the episode's title
 
 
