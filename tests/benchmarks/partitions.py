@@ -101,7 +101,17 @@ def build(store: Store, sessions: int, episodes: int, *, batch: int = 1, seed: i
             else:
                 store.vectors.upsert_sessions(GROUP, records)
             times.extend([(time.perf_counter() - started) / len(numbers)] * len(numbers))
-    return {"creation": c.summary(times), "total_s": sum(times), "peak_rss_mb": peak.peak, "rss_after_mb": c.rss_mb()}
+    # Mean per partition over each tenth of the build: flat if nothing grows with the group.
+    step = max(1, -(-sessions // 10))
+    blocks = {f"{end}": 1000 * float(np.mean(times[end - step : end])) for end in range(step, sessions + step, step)}
+    return {
+        "creation": c.summary(times),
+        "blocks": blocks,
+        "total_s": sum(times),
+        "peak_rss_mb": peak.peak,
+        "rss_after_mb": c.rss_mb(),
+        "restarts": store.connection.restarts,
+    }
 
 
 def query_texts(count: int, seed: int = 11) -> list[str]:
@@ -235,7 +245,9 @@ def main() -> None:
                 mean=built["creation"]["mean"],
                 total_s=built["total_s"],
             )
+            c.line("creation per partition (ms), mean up to", **{k: round(v, 1) for k, v in built["blocks"].items()})
             c.line("rss during/after creation MB", peak=built["peak_rss_mb"], after=built["rss_after_mb"])
+            c.line("engine restarts while creating", restarts=built["restarts"])
         c.line("data folder on disk MB", total=c.disk_mb(data_dir), vectors_stored=sessions * args.episodes * 2)
         latencies = search_latencies(service, sessions, queries)
         for name, figures in latencies.items():
