@@ -213,7 +213,8 @@ def main() -> None:
             server.path.mkdir(parents=True, exist_ok=True)
             server.start()
         try:
-            settings = Settings(data_dir=data_dir, chroma_host="127.0.0.1" if server else None)
+            # A generous timeout: a flush of 500 messages on a loaded machine outlasts the default 10 s.
+            settings = Settings(data_dir=data_dir, chroma_host="127.0.0.1" if server else None, chroma_timeout_s=300)
             if server is not None:
                 settings = settings.model_copy(update={"chroma_port": server.port})
             service = Epimem.from_settings(settings, background=False)
