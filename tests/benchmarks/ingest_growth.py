@@ -11,7 +11,7 @@ in the log and their vector records (random unit vectors) with one episode per 1
     python tests/benchmarks/ingest_growth.py --quick              # 3,000 messages (CI short form)
     python tests/benchmarks/ingest_growth.py --server             # the same against a real `chroma run`
     python tests/benchmarks/ingest_growth.py --data-dir D         # keep the big group in D (built once)
-    python tests/benchmarks/ingest_growth.py --profile chat       # pyinstrument of the big group's chat adds
+    py-spy record --native -o prof.txt --format raw -- python tests/benchmarks/ingest_growth.py   # a profile
 
 Target: the big group's rate (messages/s) >= 90% of the empty group's.
 """
@@ -22,8 +22,7 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -173,22 +172,6 @@ def report(name: str, per_message: dict[str, dict[str, list[float]]]) -> float:
     return ratios["wall"]
 
 
-@contextmanager
-def profiled(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    from pyinstrument import Profiler
-
-    profiler = Profiler(interval=0.002)
-    profiler.start()
-    try:
-        yield
-    finally:
-        profiler.stop()
-        print(profiler.output_text(unicode=False, color=False, show_all=False))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short form: 3,000 messages, fewer calls")
@@ -199,7 +182,6 @@ def main() -> None:
     parser.add_argument("--bulk-calls", type=int, help="500-message calls per group, each a session (default 4)")
     parser.add_argument("--server", action="store_true", help="against a real `chroma run` on the data folder")
     parser.add_argument("--data-dir", type=Path, help="keep the data here; a big group already there is reused")
-    parser.add_argument("--profile", choices=["chat", "bulk"], help="pyinstrument of the big group's calls")
     args = parser.parse_args()
     messages = args.messages or (3000 if args.quick else 60000)
     chat_calls = args.chat_calls or (40 if args.quick else 200)
@@ -229,11 +211,9 @@ def main() -> None:
             c.line("vectors in the big group's index", vectors=store.vectors.count(BIG))
             for group in (BIG, EMPTY):
                 service.add_messages(group, f"warm-up-{RUN}", new_messages("warm", 2, np.random.default_rng(1), 0))
-            with profiled(args.profile == "chat"):
-                chatted = alternate(chat_calls, chat(service, args.chat_sessions, -(-chat_calls // args.chat_sessions)))
+            chatted = alternate(chat_calls, chat(service, args.chat_sessions, -(-chat_calls // args.chat_sessions)))
             ratio_chat = report("chat (2 per call)", chatted)
-            with profiled(args.profile == "bulk"):
-                bulked = alternate(bulk_calls, bulk(service, bulk_size))
+            bulked = alternate(bulk_calls, bulk(service, bulk_size))
             ratio_bulk = report(f"bulk ({bulk_size} per call + flush)", bulked)
             c.line("ratio big / empty (target >= 0.9)", chat=ratio_chat, bulk=ratio_bulk)
             c.line("engine restarts", restarts=store.connection.restarts)
