@@ -427,9 +427,16 @@ def test_lifecycle_deletes_with_confirmation_and_receipts_and_exports(local: App
     page.locator("#receipt").wait_for()
     assert "\n1 message\n" in page.locator("#receipt").inner_text()
     assert doomed in (page.locator("#receipt pre").text_content() or "")
+    page.locator("#episode-rebuilt").wait_for()  # the page says its text is stale and offers the rebuilt one
+    assert page.locator(f"li.message[data-message='{doomed}']").count() == 0
+    assert page.get_by_role("button", name="Delete episode").is_enabled()
     page.get_by_role("button", name="Delete episode").click()
     confirm(page)
     page.locator("#receipt h2", has_text="Deleted episode").wait_for()
+    # the episode is gone: no control is left that could only answer 404
+    page.locator("#episode-gone").wait_for()
+    assert page.get_by_role("button", name="Delete episode").is_disabled()
+    assert all(b.is_disabled() for b in page.locator("li.message button").all())
 
 
 def test_an_episode_is_corrected_and_a_message_redacted_from_its_page(local: AppServer, open_page: Callable) -> None:

@@ -135,14 +135,31 @@
     const ep = data.episode;
     const highlight = params.get("m");
     const receipt = h("div", { "aria-live": "polite" });
+    const status = h("div", { "aria-live": "polite", id: "episode-status" });
+    // What a delete left of this page: the deleted messages go; an episode that is gone keeps no live controls
+    // (they would only answer 404); one rebuilt from its remaining messages offers to show the new text.
+    const afterDelete = (done) => {
+      if (!done) return;
+      for (const id of done.messages || []) document.getElementById("m-" + id)?.remove();
+      if ((done.episodes || []).includes(ep.uuid)) {
+        for (const control of document.querySelectorAll("main button, main input, main textarea, main select")) {
+          if (!receipt.contains(control)) control.disabled = true;
+        }
+        status.replaceChildren(h("p", { class: "badge", id: "episode-gone" }, "This episode no longer exists."));
+      } else if ((done.repaired || []).includes(ep.uuid)) {
+        status.replaceChildren(h("p", { id: "episode-rebuilt" }, "The episode was rebuilt from its remaining messages. ",
+          h("button", { type: "button", class: "secondary small", onclick: () => window.epimem.refresh() }, "Show it")));
+      }
+    };
     const messages = (data.messages || []).map((message) => h("li", {
       class: "message" + (message.id === highlight ? " highlight" : ""), id: "m-" + message.id, "data-message": message.id },
     h("div", { class: "who-line" }, h("strong", {}, message.producer_id || message.role),
       h("time", { datetime: message.timestamp }, fmtTime(message.timestamp)), h("span", { class: "sub" }, "id " + message.id)),
     h("p", {}, message.content),
     ctx.canDelete() ? h("button", { type: "button", class: "danger small", "aria-label": `Delete message ${message.id}`,
-      onclick: () => remove(ctx, group, `message ${message.id}`, "Its episode is rebuilt from the remaining messages "
-        + "(or deleted when none remain).", gs(group, session) + "/messages/" + encodeURIComponent(message.id), receipt) },
+      onclick: async () => afterDelete(await remove(ctx, group, `message ${message.id}`, "Its episode is rebuilt from the "
+        + "remaining messages (or deleted when none remain).", gs(group, session) + "/messages/" + encodeURIComponent(message.id),
+      receipt)) },
     "Delete message") : null,
     data.pending ? null : fix.redactButton(ctx, group, session, message, receipt)));
     ctx.render(ep.title,
@@ -158,9 +175,11 @@
           ["Summarised by", ep.summarised_by]]),
         h("p", { class: "content" }, ep.content),
         ctx.canDelete() && !data.pending ? h("button", { type: "button", class: "danger", id: "delete-episode",
-          onclick: () => remove(ctx, group, `episode “${ep.title}”`, "The episode and the messages it was made of are deleted.",
-            gs(group, session) + "/episodes/" + encodeURIComponent(ep.uuid), receipt) }, "Delete episode") : null),
+          onclick: async () => afterDelete(await remove(ctx, group, `episode “${ep.title}”`,
+            "The episode and the messages it was made of are deleted.",
+            gs(group, session) + "/episodes/" + encodeURIComponent(ep.uuid), receipt)) }, "Delete episode") : null),
       h("div", { "aria-live": "polite", id: "correction-out" }),
+      status,
       receipt,
       data.pending ? null : fix.correctionForm(ctx, group, session, ep, receipt),
       data.pending ? null : fix.revisionsList(group, session, ep),
