@@ -71,7 +71,8 @@ def _build(
     generator: ReportingGenerator | None,
 ) -> ServiceParts:
     embedder = embedder or lazy_embedder(settings)
-    store = open_store(build_connection(settings, closers), model_id=embedder.model_id)
+    store = open_store(build_connection(settings, closers), model_id=embedder.model_id, persist=True)
+    closers.callback(store.vectors.snapshots.close)  # before the folder lock goes: snapshots kept for the next start
     client = llm_client(settings, closers)
     if generator is None:
         generator = build_generator(settings, client)

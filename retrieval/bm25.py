@@ -10,6 +10,7 @@ as bm25s computes them, each query token counted as often as it occurs in the qu
 from __future__ import annotations
 
 import functools
+import json
 import math
 import threading
 from collections.abc import Sequence
@@ -71,6 +72,32 @@ class Postings:
         vocabulary = {} if vocabulary is None else vocabulary
         docs, tokens, counts, lengths = _entries(texts, vocabulary)
         return _sorted(vocabulary, docs, tokens, counts, lengths)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state, as arrays (memory.store.snapshot_files keeps it on disk); ``restore`` reads it."""
+        words = sorted(self.vocabulary, key=self.vocabulary.__getitem__)  # ids are 0 … n-1
+        return {
+            "vocabulary": np.frombuffer(json.dumps(words, ensure_ascii=False).encode("utf-8"), dtype=np.uint8),
+            "docs": self.docs,
+            "tokens": self.tokens,
+            "counts": self.counts,
+            "lengths": self.lengths,
+            "ordered": np.asarray([self.ordered], dtype=np.int64),
+            "starts": self.starts,
+        }
+
+    @classmethod
+    def restore(cls, arrays: dict[str, np.ndarray]) -> Postings:
+        words = json.loads(arrays["vocabulary"].tobytes().decode("utf-8"))
+        return cls(
+            {word: token for token, word in enumerate(words)},
+            arrays["docs"],
+            arrays["tokens"],
+            arrays["counts"],
+            arrays["lengths"],
+            int(arrays["ordered"][0]),
+            arrays["starts"],
+        )
 
     @property
     def nbytes(self) -> int:

@@ -86,6 +86,10 @@ class KeywordIndex:
         postings = postings.with_texts(retokenized, _texts(snapshot, retokenized.tolist()))
         return KeywordIndex(snapshot, postings=postings)
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What is kept on disk with the snapshot (memory.store.snapshot_files): the postings."""
+        return self._postings.arrays()
+
     @property
     def records(self) -> list[VectorRecord]:
         """Every record indexed, in index order (built on demand: the index itself holds columns)."""
@@ -160,6 +164,10 @@ class KeywordCache:
         self._snapshots = snapshots
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}  # group -> serial of the last index handed out
+        if snapshots is not None:  # a snapshot loaded from disk gets its index back, not tokenized again
+            snapshots.restorers[self.KEY] = lambda snapshot, arrays: KeywordIndex(
+                snapshot, postings=Postings.restore(arrays)
+            )
         self.builds = 0
         self.patches = 0
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
 from memory.store.erasure import ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
+from memory.store.snapshot_files import SnapshotFiles
 
 CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 
@@ -65,6 +67,10 @@ class ChromaConnection:
         # group -> local version -> what that write changed (memory.store.versions: read caches patch
         # themselves with it instead of rebuilding); emptied by any write that does not say.
         self._changes: dict[str, dict[int, Any]] = {}
+        # Read snapshots kept on disk between runs (embedded only: one process writes the folder).
+        self.files = SnapshotFiles(self.path.parent) if self.path is not None else None
+        self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
+        self._stamped: set[str] = set()
         self.restarts = 0
         self.client = start()
 
@@ -74,10 +80,20 @@ class ChromaConnection:
         process per folder (memory.store.folder_lock)."""
         return self._stop is None
 
-    def bump(self, group_id: str, change: Any = None) -> None:
+    def first_stamp(self, group_id: str) -> bool:
+        """True the first time this process stamps the group (memory.store.versions)."""
+        with self._lock:
+            if group_id in self._stamped:
+                return False
+            self._stamped.add(group_id)
+            return True
+
+    def bump(self, group_id: str, change: Any = None) -> int:
         """Count a write of this process to a group's records (what the read caches compare);
         ``change``: what the write did (memory.store.snapshot_patch.Change; kept for the caches, a few
-        hundred writes), None when it does not say."""
+        hundred writes), None when it does not say. Returns the group's new count."""
+        if self.files is not None:  # before the version moves: a reader of the new version finds no file
+            self.files.written(group_id)
         with self._lock:
             version = self._versions.get(group_id, 0) + 1
             self._versions[group_id] = version
@@ -88,6 +104,7 @@ class ChromaConnection:
                 journal[version] = change
                 while len(journal) > CHANGE_JOURNAL:
                     del journal[min(journal)]
+        return version
 
     def changes(self, group_id: str, after: int, upto: int) -> list[Any] | None:
         """What this process's writes ``after + 1`` … ``upto`` of a group changed, in order; None when

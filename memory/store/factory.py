@@ -8,6 +8,7 @@ from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
 from memory.store.log import LogStore
+from memory.store.snapshots import SnapshotCache
 from memory.store.vectors import VectorStore
 
 
@@ -26,6 +27,9 @@ class Store:
         return self.admin.connection
 
 
-def open_store(connection: ChromaConnection, *, model_id: str) -> Store:
+def open_store(connection: ChromaConnection, *, model_id: str, persist: bool = False) -> Store:
+    """``persist``: the read cache keeps its snapshots on disk between runs (embedded Chroma; the
+    service's store, not a second one opened on the same connection)."""
     collections = Collections(connection, model_id)
-    return Store(log=LogStore(collections), vectors=VectorStore(collections), admin=StoreAdmin(collections))
+    vectors = VectorStore(collections, snapshots=SnapshotCache(collections, persist=persist))
+    return Store(log=LogStore(collections), vectors=vectors, admin=StoreAdmin(collections))

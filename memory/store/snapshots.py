@@ -35,6 +35,7 @@ from memory.models import GroupConfiguration, Message, SessionInfo
 from memory.store import codec, versions
 from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, estimate_bytes
 from memory.store.paging import pages
+from memory.store.snapshot_files import Restorer
 from memory.store.snapshot_patch import diff, inherit, patch
 from memory.store.versions import Version
 
@@ -58,6 +59,7 @@ class CacheStats:
     invalidations: int
     build_seconds: float
     extensions: int = 0  # builds that patched the cached snapshot with what writes changed (no read of the group)
+    loads: int = 0  # builds that read the snapshot kept on disk at the last close (memory.store.snapshot_files)
 
 
 class SnapshotCache:
@@ -69,6 +71,7 @@ class SnapshotCache:
         max_groups: int = 32,
         full_group_bytes: int | None = None,
         recheck_s: float = 1.0,
+        persist: bool = False,
     ) -> None:
         self._collections = collections
         self.max_bytes = max_bytes
@@ -80,7 +83,15 @@ class SnapshotCache:
         self._entries: OrderedDict[str, GroupSnapshot] = OrderedDict()
         self._checked = threading.local()  # group -> (monotonic time, stamp) of this thread's last check
         self.hits = self.builds = self.evictions = self.invalidations = self.extensions = 0
+        self.loads = 0
         self.build_seconds = 0.0
+        # Derived structures that a snapshot loaded from disk gets back (key -> restorer; the read path
+        # registers its keyword index) instead of building them again.
+        self.restorers: dict[str, Restorer] = {}
+        # ``persist``: snapshots kept on disk between runs (embedded only; the service's own cache).
+        self._files = collections.connection.files if persist else None
+        if self._files is not None:
+            self._files.open()
 
     # -- versions ---------------------------------------------------------------------------------
 
@@ -110,6 +121,8 @@ class SnapshotCache:
         Runs inside a store call."""
         cached = self.cached(group_id)
         version = self.version(group_id, fresh=fresh, cached=cached)
+        if cached is not None and cached.version != version and self._own_stamp(cached, version):
+            cached.version = version  # the stamp moved by this process's writes alone, all of them applied
         if cached is not None and cached.version == version:
             with self._lock:
                 self.hits += 1
@@ -137,6 +150,22 @@ class SnapshotCache:
                 self._evict(keep=group_id)
         return snapshot
 
+    def close(self) -> None:
+        """Keep the snapshots at their group's current version on disk for the next start (embedded:
+        memory.store.snapshot_files); the cache is not used after this."""
+        if self._files is None:
+            return
+        connection = self._collections.connection
+        with self._lock:
+            entries = list(self._entries.values())
+        for position, cached in enumerate(entries):  # brought up to date with this process's last writes
+            current = connection.local_version(cached.group_id)
+            if cached.version[0] < current:
+                with connection.call():
+                    entries[position] = self._extended(cached, (current, None)) or cached
+        self._files.close(entries, connection.local_version)
+        self._files = None
+
     def forget(self, group_id: str | None = None) -> None:
         with self._lock:
             if group_id is None:
@@ -147,17 +176,17 @@ class SnapshotCache:
     def scrub(self, group_id: str) -> None:
         """Called after a delete (and other changes the service announces): the group's cached snapshot is
         replaced at once by one patched with what this process's writes since changed (deleted rows,
-        messages and keyword tokens gone), or dropped when that cannot be done (a Chroma server, a
-        write not journaled); nothing deleted stays cached until the next read."""
+        messages and keyword tokens gone), or dropped when that cannot be done (a write not journaled, on
+        a Chroma server another process's write since); nothing deleted stays cached until the next read."""
         with self._lock:
             building = self._building.setdefault(group_id, threading.Lock())
         with building:
             with self._lock:
                 cached = self._entries.pop(group_id, None)
-            if cached is None or self._collections.connection.shared:
+            if cached is None:
                 return
             with self._collections.connection.call():
-                snapshot = self._extended(cached, (versions.local(self._collections, group_id), None))
+                snapshot = self._extended(cached, self.version(group_id, fresh=True, cached=None))
             if snapshot is not None:
                 with self._lock:
                     self._entries[group_id] = snapshot
@@ -205,17 +234,30 @@ class SnapshotCache:
                 invalidations=self.invalidations,
                 build_seconds=round(self.build_seconds, 3),
                 extensions=self.extensions,
+                loads=self.loads,
             )
 
     # -- building -----------------------------------------------------------------------------------
 
+    def _own_stamp(self, cached: GroupSnapshot, version: Version) -> bool:
+        """With a Chroma server: the same writes of this process, and a stamp that moved by this
+        process's own key alone (a stamp read a moment late)."""
+        connection = self._collections.connection
+        return (
+            connection.shared
+            and cached.version[0] == version[0]
+            and versions.only_own(cached.version[1], version[1], connection.run_id)
+        )
+
     def _extended(self, cached: GroupSnapshot | None, version: Version) -> GroupSnapshot | None:
         """The cached snapshot patched with what this process's writes since changed (memory.store.
         snapshot_patch), when every one of them is journaled: no read of the group's records, and its
-        keyword index patched rather than built again. Embedded only (with a Chroma server, other
-        servers' writes are known by their stamp alone)."""
+        keyword index patched rather than built again. With a Chroma server, only when the shared stamp
+        says that no other process wrote since (memory.store.versions.only_own)."""
         connection = self._collections.connection
-        if cached is None or connection.shared or version[0] <= cached.version[0]:
+        if cached is None or version[0] <= cached.version[0]:
+            return None
+        if connection.shared and not versions.only_own(cached.version[1], version[1], connection.run_id):
             return None
         changes = connection.changes(cached.group_id, cached.version[0], version[0])
         if changes is None:
@@ -238,8 +280,18 @@ class SnapshotCache:
         started = time.perf_counter()
         index = self._collections.vectors(group_id)
         count = index.count() if index is not None else 0
+        if self._files is not None and count:
+            loaded = self._files.load(group_id, version, count, self.restorers)
+            if loaded is not None:
+                loaded.built_s = time.perf_counter() - started
+                self.loads += 1
+                return loaded
         dimension = 0
-        full = count * FULL_RECORD_BYTES <= self.full_group_bytes  # the vectors are added once known
+        full = count * FULL_RECORD_BYTES <= self.full_group_bytes
+        if full and index is not None and count:  # with the vectors: known from one record, not after reading all
+            first = index.get(limit=1, include=["embeddings"])["embeddings"]
+            dimension = len(first[0]) if first is not None and len(first) else 0
+            full = count * (FULL_RECORD_BYTES + 4 * dimension) <= self.full_group_bytes
         ids: list[str] = []
         documents: list[str] = []
         metadatas: list[dict[str, Any]] = []

@@ -4,12 +4,17 @@ Two parts, so that the check is free where it can be:
 
 - a counter per group kept by the connection (``ChromaConnection.bump``): every write of this
   process moves it. Embedded Chroma is one process per folder, so there it is the whole version;
-- with a Chroma server, other servers write too: every write that a cache could see also stores a
-  new random stamp in the group's registry record (``epm-registry``), and a reader reads that one
-  record (one call) to learn whether anything changed. A random stamp, not a counter: two servers
-  writing at once need no read-modify-write, and a delete followed by an add (same count, the
-  case a count check misses) still gives a new stamp. A group delete removes the record: no stamp
-  (None) is a version of its own.
+- with a Chroma server, other servers write too: every write that a cache could see also stamps the
+  group's registry record (``epm-registry``): each process writes its own key, ``w.<its run id>``, set
+  to its counter for the group (an upsert merges keys, so writers never overwrite each other and need
+  no read-modify-write). A reader reads that one record (one call) to learn whether anything changed:
+  the stamp is the record's keys and values. A delete followed by an add (same count, the case a count
+  check misses) still moves a counter. A group delete removes the record: no stamp (None) is a version
+  of its own. A stamp that differs from a snapshot's only in this process's own key says that only
+  this process wrote since, and its journal says what (memory.store.snapshots patches the snapshot
+  with it; another key moved: the group is read again). Keys of old runs are dropped by a process's
+  first write to a group once there are more than ``WRITER_KEYS`` (a reader then reads the group
+  again, once).
 
 Writers bump after their write has landed, readers read the version before the data: a snapshot
 built while a write was under way carries the version from before it and is rebuilt on the next
@@ -20,7 +25,7 @@ writes again.)
 
 from __future__ import annotations
 
-import uuid
+import json
 from typing import TYPE_CHECKING, Any
 
 from memory.store import codec
@@ -31,23 +36,46 @@ if TYPE_CHECKING:
 Version = tuple[int, str | None]  # (writes of this process, the shared stamp; None: embedded or no record)
 
 
+WRITER_KEYS = 16
+PREFIX = "w."
+
+
 def changed(collections: Collections, group_id: str, *, stamp: bool = True, change: Any = None) -> None:
     """Record a write to the group's records (inside a store call, after the write). ``change``: what
-    the write did (``memory.store.snapshot_patch.Change``), which an embedded read cache applies to its
-    snapshot instead of reading the group again; None: the next read reads the group again."""
+    the write did (``memory.store.snapshot_patch.Change``), which a read cache applies to its snapshot
+    instead of reading the group again; None: the next read reads the group again."""
     connection = collections.connection
-    connection.bump(group_id, change)
+    version = connection.bump(group_id, change)
     if stamp and connection.shared:
         # Its own handle, not the cached ones: the stamp is bookkeeping beside the write it follows.
         registry = connection.client.get_or_create_collection(
             codec.REGISTRY, metadata={"epimem": "registry"}, embedding_function=None
         )
-        registry.upsert(
-            ids=[codec.registry_record_id(group_id)],
-            embeddings=codec.placeholders(1),
-            documents=[group_id],
-            metadatas=[{"group_id": group_id, "stamp": uuid.uuid4().hex}],
-        )
+        record_id = codec.registry_record_id(group_id)
+        metadata: dict[str, Any] = {"group_id": group_id, own_key(connection.run_id): version}
+        if connection.first_stamp(group_id):  # old runs' keys go once there are too many
+            found = registry.get(ids=[record_id], include=["metadatas"])
+            before = dict(((found["metadatas"] or [{}])[0] or {}) if found["ids"] else {})
+            writers = [key for key in before if key.startswith(PREFIX) or key == "stamp"]
+            if len(writers) > WRITER_KEYS:
+                metadata.update({key: None for key in writers if key != own_key(connection.run_id)})
+        registry.upsert(ids=[record_id], embeddings=codec.placeholders(1), documents=[group_id], metadatas=[metadata])
+
+
+def own_key(run_id: str) -> str:
+    return PREFIX + run_id
+
+
+def only_own(before: str | None, after: str | None, run_id: str) -> bool:
+    """Whether the stamp ``after`` differs from ``before`` in this process's own key alone (or not at
+    all): no other process stamped the group in between."""
+    if before is None or after is None:
+        return before == after
+    old, new = json.loads(before), json.loads(after)
+    key = own_key(run_id)
+    old.pop(key, None)
+    new.pop(key, None)
+    return bool(old == new)
 
 
 def local(collections: Collections, group_id: str) -> int:
@@ -55,8 +83,10 @@ def local(collections: Collections, group_id: str) -> int:
 
 
 def shared_stamp(collections: Collections, group_id: str) -> str | None:
-    """The group's stamp in the registry ("" for a record without one, None without a record)."""
+    """The group's stamp in the registry: its writers' keys and counters (JSON, keys sorted; None
+    without a record)."""
     found = collections.registry().get(ids=[codec.registry_record_id(group_id)], include=["metadatas"])
     if not found["ids"]:
         return None
-    return str(((found["metadatas"] or [{}])[0] or {}).get("stamp", ""))
+    metadata = dict((found["metadatas"] or [{}])[0] or {})
+    return json.dumps({k: v for k, v in metadata.items() if k.startswith(PREFIX) or k == "stamp"}, sort_keys=True)

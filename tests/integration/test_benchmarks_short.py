@@ -36,6 +36,11 @@ EXPECTED = {
         "query embedding hit (ms)",
     ],
     "ingest.py": ["ingest (s)", "texts embedded", "encode-only (s)", "ratio ingest / encode-only"],
+    "kept_snapshot.py": [
+        "without a kept file: beyond the Chroma read (s)",
+        "kept at close (s, MB)",
+        "with the kept file: loaded (s)",
+    ],
     "keyword_patch.py": [
         "bm25s rebuild (ms)",
         "postings build (ms)",
@@ -45,7 +50,7 @@ EXPECTED = {
 }
 # embedding_backends.py is not run here: its ONNX export alone takes minutes on 2 cores. The
 # backends' correctness is tested in tests/memory/test_embedding_backends.py; the script is run by hand.
-NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py"}
+NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py", "kept_snapshot.py"}
 
 
 @pytest.mark.slow

@@ -367,13 +367,13 @@ class IngestMachine(RuleBasedStateMachine):
 def test_stateful_ingest_flush_delete(service: Epimem) -> None:
     """Hypothesis drives random add/flush/delete sequences; the store always matches the model.
 
-    20 sequences of 12 steps (EPIMEM_STATEFUL_EXAMPLES, EPIMEM_STATEFUL_STEPS for longer runs by hand), the same
+    12 sequences of 12 steps (EPIMEM_STATEFUL_EXAMPLES, EPIMEM_STATEFUL_STEPS for longer runs by hand), the same
     ones every run (derandomize). No health check is suppressed: none fires (drawing the steps is cheap; the store
     calls are the test's own time, which ``deadline=None`` leaves unbounded)."""
     IngestMachine.service = service
     machine = IngestMachine.TestCase
     machine.settings = settings(
-        max_examples=int(os.environ.get("EPIMEM_STATEFUL_EXAMPLES", "20")),
+        max_examples=int(os.environ.get("EPIMEM_STATEFUL_EXAMPLES", "12")),
         stateful_step_count=int(os.environ.get("EPIMEM_STATEFUL_STEPS", "12")),
         deadline=None,
         derandomize=True,

@@ -86,4 +86,4 @@ def test_an_add_to_a_known_session_extends_the_snapshot_without_reading_the_grou
     after = snapshots.stats()
     assert hits[0].pending and set(hits[0].episode.source_message_ids) == {"a0", "a1", "b0", "b1"}
     assert after.builds == before.builds + 1
-    assert after.extensions == before.extensions + (1 if backend == "embedded" else 0)
+    assert after.extensions == before.extensions + 1  # on a Chroma server too: this process's own write

@@ -193,3 +193,42 @@ def test_session_scoped_reads_use_the_cache(service: Epimem, group_id: str, want
     hits = service.search(group_id, "Lisbon train", k=wanted, session_ids=["s2"])
     assert hits and all(hit.episode.session_id == "s2" for hit in hits)
     assert service.search(group_id, "Lisbon train", k=wanted, session_ids=["nope"]) == []
+
+
+def test_own_writes_patch_the_snapshot(service: Epimem, group_id: str) -> None:
+    """This process's writes are applied to its snapshot, on a Chroma server too (its own key in the
+    group's stamp moved, no other)."""
+    seed(service, group_id)
+    snapshots = service.memory.store.vectors.snapshots
+    assert "Miso" in found_text(service, group_id, "kitten Miso")
+    before = snapshots.stats()
+    service.add_messages(group_id, "s1", chat("n", [("Ana", "Miso learned to open the fridge door.")], day=1))
+    assert "n0" in cited(service, group_id, "fridge door")
+    after = snapshots.stats()
+    assert after.extensions == before.extensions + 1 and after.builds == before.builds + 1
+
+
+def test_another_servers_write_is_read_again_not_patched(
+    chroma_server: Any, tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
+) -> None:
+    def server(name: str) -> Epimem:
+        settings = Settings(
+            data_dir=tmp_path / name, chroma_host="127.0.0.1", chroma_port=chroma_server.port, node_id=name
+        )
+        return Epimem.from_settings(settings, background=False, embedder=embedder)
+
+    one, two = server("one"), server("two")
+    try:
+        seed(one, group_id)
+        assert "Miso" in found_text(two, group_id, "kitten Miso")
+        snapshots = two.memory.store.vectors.snapshots
+        two.add_messages(group_id, "s1", chat("t", [("Ben", "The fridge door is now locked.")], day=1))
+        one.add_messages(group_id, "s1", chat("o", [("Ana", "Miso found the fridge key.")], day=1))
+        before = snapshots.stats()
+        text = found_text(two, group_id, "fridge")
+        assert "locked" in text and "fridge key" in text  # its own write and the other server's
+        after = snapshots.stats()
+        assert after.extensions == before.extensions and after.builds == before.builds + 1
+    finally:
+        one.close()
+        two.close()

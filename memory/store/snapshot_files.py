@@ -1,0 +1,273 @@
+"""Read snapshots kept on disk between two runs of embedded Chroma, so that the first read of a big group
+after a start does not read the whole group back from Chroma and tokenize it again.
+
+The files live in ``<data folder>/read-snapshots/`` beside ``chroma/``, one per group, written when the
+service closes from the snapshots its read cache holds at the group's current version (columns, the
+group's configuration and sessions; for a full snapshot also metadata, unit vectors and messages; and
+the derived structures that can be restored: the keyword index's postings).
+
+A file is never used when it could be stale. Embedded Chroma is written by one process per folder
+(``memory.store.folder_lock``), and that process follows this protocol:
+
+- when its first read cache opens, it *claims* the folder: a ``read-snapshots.open/`` left by a process
+  that did not close (a crash: its files may be behind its writes) is scrubbed, and
+  ``read-snapshots/`` is renamed to ``read-snapshots.open/``. From then on, until the last cache closes,
+  no file is in ``read-snapshots/``: a crash leaves nothing a later start would trust;
+- every write to a group's records (``ChromaConnection.bump``) scrubs the group's file *before* the
+  write's version is counted: a reader that reads the version after it finds no file, a reader that
+  read it before labels what it loads with the old version and patches or rebuilds it on its next read,
+  as it does for data read from Chroma while a write lands;
+- when the last cache closes, it writes the current snapshots into ``read-snapshots.open/`` and renames
+  that folder back. The files of groups this process did not write are still valid and stay.
+
+On load, the file must also name the group and hold as many records as the group index counts (a
+belt-and-braces check: a copy of epimem that did not follow the protocol, a file from another folder).
+
+Erasure (docs/trust.md): a file is scrubbed (overwritten with zeros, synced, then removed) by the write
+that makes it stale, a delete included, so no deleted text stays in a file once the delete returns;
+a file written at close holds what the snapshot holds then, which a delete has already patched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memory.models import GroupConfiguration, Message, Role, SessionInfo
+from memory.store.group_snapshot import GroupSnapshot, estimate_bytes
+
+if TYPE_CHECKING:
+    from memory.store.versions import Version
+
+FOLDER = "read-snapshots"
+CLAIMED = "read-snapshots.open"
+FORMAT = 2
+SUFFIX = ".snap"
+# A derived structure that can be kept on disk: ``arrays()`` gives its state; a restorer registered on
+# the cache under the same key (``SnapshotCache.restorers``) builds it again for a loaded snapshot.
+Restorer = Callable[[GroupSnapshot, dict[str, np.ndarray]], Any]
+
+
+def file_name(group_id: str) -> str:
+    return hashlib.sha256(group_id.encode("utf-8", "surrogatepass")).hexdigest()[:40] + SUFFIX
+
+
+def scrub(path: Path) -> None:
+    """Overwrite a file with zeros, sync it, remove it (no byte of its text left in the folder)."""
+    try:
+        size = path.stat().st_size
+        with path.open("r+b") as handle:
+            handle.write(b"\0" * size)
+            handle.flush()
+            os.fsync(handle.fileno())
+        path.unlink()
+    except FileNotFoundError:
+        return
+
+
+def _text(values: Any) -> np.ndarray:
+    return np.frombuffer(json.dumps(values, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+
+
+def _json(arrays: Any, key: str) -> Any:
+    return json.loads(arrays[key].tobytes().decode("utf-8"))
+
+
+class SnapshotFiles:
+    """The persisted read snapshots of one embedded folder (one per connection: every cache of the
+    process on that folder shares the claim)."""
+
+    def __init__(self, data_folder: Path) -> None:
+        self.folder = Path(data_folder) / FOLDER
+        self.claimed = Path(data_folder) / CLAIMED
+        self._lock = threading.Lock()
+        self._users = 0
+        self._loadable: set[str] = set()  # groups whose claimed file is still valid
+        self.loads = self.writes = self.scrubs = 0
+
+    # -- the claim ----------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        with self._lock:
+            self._users += 1
+            if self._users > 1:
+                return
+            if self.claimed.exists():  # a process that never closed: its files may be behind its writes
+                for path in self.claimed.glob("*"):
+                    scrub(path)
+                shutil.rmtree(self.claimed, ignore_errors=True)
+            if self.folder.exists():
+                self.folder.rename(self.claimed)
+            self.claimed.mkdir(parents=True, exist_ok=True)
+            self._loadable = {path.name for path in self.claimed.glob("*" + SUFFIX)}
+
+    def close(self, snapshots: list[GroupSnapshot], current: Callable[[str], int]) -> None:
+        """Write the snapshots still at their group's current version; the last user gives the folder
+        back (``read-snapshots/``)."""
+        with self._lock:
+            if self._users == 0:
+                return
+            for snapshot in snapshots:
+                if snapshot.version[0] == current(snapshot.group_id) and snapshot.version[1] is None:
+                    self._write(snapshot)
+            self._users -= 1
+            if self._users == 0:
+                for path in self.claimed.glob("*"):
+                    if path.name not in self._loadable:
+                        scrub(path)
+                self.claimed.rename(self.folder)
+                _sync(self.folder.parent)
+                self._loadable = set()
+
+    # -- writes and reads ---------------------------------------------------------------------------
+
+    def written(self, group_id: str) -> None:
+        """A write to the group is about to be counted: its file is stale (scrubbed now)."""
+        name = file_name(group_id)
+        with self._lock:
+            if self._users:
+                if name in self._loadable:
+                    self._loadable.discard(name)
+                    scrub(self.claimed / name)
+                    self.scrubs += 1
+            elif (self.folder / name).exists():  # no cache open: still never a stale file
+                scrub(self.folder / name)
+                self.scrubs += 1
+
+    def load(self, group_id: str, version: Version, count: int, restorers: dict[str, Restorer]) -> GroupSnapshot | None:
+        """The group's persisted snapshot labelled ``version`` (read before this call), or None when
+        there is no valid file or it does not hold ``count`` records."""
+        name = file_name(group_id)
+        with self._lock:  # a write's scrub waits for the read (never a half-zeroed file)
+            if name not in self._loadable:
+                return None
+            data = (self.claimed / name).read_bytes()
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            loaded = {key: arrays[key] for key in arrays.files}
+        meta = _json(loaded, "meta")
+        if meta.get("format") != FORMAT or meta.get("group_id") != group_id or meta.get("count") != count:
+            return None
+        snapshot = _snapshot(group_id, version, loaded, meta)
+        for key, restore in restorers.items():
+            prefix = f"d.{key}."
+            found = {k[len(prefix) :]: v for k, v in loaded.items() if k.startswith(prefix)}
+            if found:
+                snapshot.adopt(key, restore(snapshot, found))
+        with self._lock:
+            self.loads += 1
+        return snapshot
+
+    def _write(self, snapshot: GroupSnapshot) -> None:
+        # Only the sessions rows still name: a patched snapshot keeps the name of a session whose rows went.
+        used, codes = np.unique(snapshot.session_codes, return_inverse=True)
+        arrays: dict[str, np.ndarray] = {
+            "meta": _text({"format": FORMAT, "group_id": snapshot.group_id, "count": len(snapshot)}),
+            "ids": _text(snapshot.ids),
+            "documents": _text(snapshot.documents),
+            "kinds": snapshot.kinds,
+            "session_codes": codes.astype(np.int32),
+            "session_names": _text([snapshot.session_names[int(code)] for code in used]),
+            "timestamps": snapshot.timestamps,
+            "episode_ids": _text(snapshot.episode_ids),
+            "message_ids": _text(snapshot.message_ids),
+            "producers": _text(snapshot.producers),
+            "produced_for": _text(snapshot.produced_for),
+            "titles": _text(snapshot.titles),
+            "config": _text(snapshot.config.model_dump(mode="json") if snapshot.config is not None else None),
+            "sessions": _text([info.model_dump(mode="json") for info in snapshot.sessions]),
+        }
+        if snapshot.full and snapshot.metadatas is not None and snapshot.directions is not None:
+            arrays["metadatas"] = _text(snapshot.metadatas)
+            arrays["directions"] = snapshot.directions
+            messages = snapshot.messages or {}
+            arrays["messages"] = _text({key: _message_row(message) for key, message in messages.items()})
+        for key, value in snapshot.derived_items():
+            if hasattr(value, "arrays"):
+                arrays.update({f"d.{key}.{name}": array for name, array in value.arrays().items()})
+        name = file_name(snapshot.group_id)
+        temporary = self.claimed / (name + ".tmp")
+        with temporary.open("wb") as handle:
+            np.savez(handle, allow_pickle=False, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if name in self._loadable:
+            scrub(self.claimed / name)
+        temporary.rename(self.claimed / name)
+        self._loadable.add(name)
+        self.writes += 1
+
+
+def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], meta: dict[str, Any]) -> GroupSnapshot:
+    interned: dict[str, str] = {}
+    ids = _json(loaded, "ids")
+    config = _json(loaded, "config")
+    snapshot = GroupSnapshot(
+        group_id=group_id,
+        version=version,
+        ids=ids,
+        positions={record_id: position for position, record_id in enumerate(ids)},
+        documents=_json(loaded, "documents"),
+        kinds=loaded["kinds"],
+        session_codes=loaded["session_codes"],
+        session_names=_json(loaded, "session_names"),
+        timestamps=loaded["timestamps"],
+        episode_ids=_json(loaded, "episode_ids"),
+        message_ids=_json(loaded, "message_ids"),
+        producers=[interned.setdefault(text, text) for text in _json(loaded, "producers")],
+        produced_for=[interned.setdefault(text, text) for text in _json(loaded, "produced_for")],
+        titles=_json(loaded, "titles"),
+        config=GroupConfiguration.model_validate(config) if config is not None else None,
+        sessions=[SessionInfo.model_validate(info) for info in _json(loaded, "sessions")],
+    )
+    if "directions" in loaded:
+        snapshot.full = True
+        snapshot.metadatas = _json(loaded, "metadatas")
+        snapshot.directions = np.array(loaded["directions"])  # writable, as a built one
+        snapshot.messages = {key: _message(row) for key, row in _json(loaded, "messages").items()}
+    snapshot.nbytes = estimate_bytes(snapshot)
+    return snapshot
+
+
+def _message_row(message: Message) -> list[Any]:
+    return [
+        message.id,
+        message.role.value,
+        message.content,
+        message.timestamp.isoformat(),
+        message.producer_id,
+        message.produced_for_id,
+        message.metadata,
+    ]
+
+
+def _message(row: list[Any]) -> Message:
+    """A message written by ``_message_row`` (validated when it was stored: not again, which took most
+    of a load's time)."""
+    identifier, role, content, timestamp, producer, produced_for, metadata = row
+    return Message.model_construct(
+        id=identifier,
+        role=Role(role),
+        content=content,
+        timestamp=datetime.fromisoformat(timestamp),
+        producer_id=producer,
+        produced_for_id=produced_for,
+        metadata=metadata,
+    )
+
+
+def _sync(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,212 @@
+"""Read snapshots kept on disk between two runs (memory.store.snapshot_files, embedded Chroma): a
+snapshot loaded at the next start reads exactly like one built from Chroma (full and columns-only, its
+keyword index restored); a file is never used once the group was written after it, nor one a process
+left behind without closing, nor one that does not match the group; a delete scrubs the file at once,
+so no deleted text stays in it. On a Chroma server nothing is kept on disk."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers.builders import messages
+from test_snapshot_patches import QUERIES, by_record, keyword_scores
+
+from api.facade import Epimem
+from api.settings import Settings
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.store.connection import close_embedded
+from memory.store.factory import open_store
+from memory.store.snapshot_files import CLAIMED, FOLDER, file_name
+from retrieval.keyword import KeywordIndex
+
+# Restarts of the embedded engine in every test: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
+GROUP = "files"
+MARKER = "zqmarkerquokka"
+
+
+@pytest.fixture
+def start(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Callable[..., Epimem]]:
+    """``start(full=True)``: a service on one embedded folder as a new process would open it (the last
+    one closed, its engine stopped: this process's write counters start again from zero); ``full``
+    False: columns-only snapshots (episodes, vectors and messages read from Chroma per request)."""
+    running: list[Epimem] = []
+    folder = tmp_path / "data"
+
+    def make(*, full: bool = True) -> Epimem:
+        for service in running:
+            service.close()
+        running.clear()
+        close_embedded(folder)
+        running.append(Epimem.from_settings(Settings(data_dir=folder), background=False, embedder=embedder))
+        if not full:
+            running[0].memory.store.vectors.snapshots.full_group_bytes = 0
+        return running[0]
+
+    yield make
+    for service in running:
+        service.close()
+    close_embedded(folder)
+
+
+def seed(service: Epimem) -> None:
+    service.add_messages(GROUP, "s1", messages(6, prefix="a"))
+    service.flush(GROUP, "s1")
+    service.add_messages(GROUP, "s2", messages(4, prefix="b", text="Turn {i}: a pottery class on Thursday."))
+    service.add_messages(GROUP, "s2", [{"id": "secret", "content": f"The code word is {MARKER}."}])
+    service.flush(GROUP, "s2")
+    service.add_messages(GROUP, "s3", messages(2, prefix="c", text="Turn {i}: still pending about the lake."))
+
+
+def reads(service: Epimem) -> list[Any]:
+    found: list[Any] = []
+    for query in QUERIES:
+        context = service.context(GROUP, query, token_budget=300)
+        hits = service.search(GROUP, query, k=5)
+        found.append((context.text, context.citations, [(h.episode.uuid, round(h.score, 9)) for h in hits]))
+    return found
+
+
+def files(service: Epimem) -> Any:
+    return service.memory.store.connection.files
+
+
+def assert_equals_a_fresh_build(service: Epimem) -> None:
+    store = service.memory.store
+    kept = store.vectors.snapshot(GROUP, fresh=True)
+    scratch = open_store(store.connection, model_id=store.model_id).vectors  # its own cache, read from Chroma
+    scratch.snapshots.full_group_bytes = store.vectors.snapshots.full_group_bytes
+    fresh = scratch.snapshot(GROUP)
+    assert by_record(kept) == by_record(fresh)
+    assert kept.ids == fresh.ids  # the stored order too
+    assert kept.full == fresh.full
+    assert (kept.messages or {}) == (fresh.messages or {})
+    assert (kept.config, kept.sessions) == (fresh.config, fresh.sessions)
+    index, built = service.searcher.keywords.get(kept), KeywordIndex(fresh)
+    for query in QUERIES:
+        ours, theirs = keyword_scores(index, kept, query), keyword_scores(built, fresh, query)
+        assert np.array_equal([ours[r] for r in theirs], list(theirs.values())), query
+
+
+@pytest.mark.parametrize("full", [True, False], ids=["full", "columns-only"])
+def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(start: Callable[..., Epimem], full: bool) -> None:
+    service = start(full=full)
+    seed(service)
+    expected = reads(service)
+    service = start(full=full)  # the last run kept its snapshot
+    assert reads(service) == expected
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 1 and cache.full_groups == int(full)
+    assert_equals_a_fresh_build(service)
+
+
+def test_a_group_written_after_its_file_is_read_from_chroma(start: Callable[..., Epimem], tmp_path: Path) -> None:
+    service = start()
+    seed(service)
+    reads(service)
+    service = start()
+    kept = tmp_path / "data" / CLAIMED / file_name(GROUP)
+    assert kept.is_file()
+    service.add_messages(GROUP, "s1", [{"id": "late", "content": "A late word about the velodrome."}])
+    assert not kept.exists()  # the write scrubbed it before it was counted
+    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 0
+    assert_equals_a_fresh_build(service)
+    service = start()  # kept at close, with the late word
+    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 1
+
+
+def test_files_left_by_a_process_that_did_not_close_are_never_used(
+    start: Callable[..., Epimem], tmp_path: Path
+) -> None:
+    folder = tmp_path / "data"
+    service = start()
+    seed(service)
+    reads(service)
+    service = start()
+    kept = folder / CLAIMED / file_name(GROUP)
+    old = tmp_path / "old.snap"
+    shutil.copy(kept, old)
+    service.delete_session(GROUP, "s3")
+    service.add_messages(GROUP, "s4", [{"id": "new", "content": "A new word about the velodrome."}])
+    # A crash between a write and its scrub: the old file still claimed, and the claim never given back.
+    shutil.copy(old, kept)
+    service.memory.store.vectors.snapshots._files = None
+    service = start()
+    assert not kept.exists() and not (folder / FOLDER).exists()  # scrubbed by the claim of this start
+    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
+    assert "still pending" not in service.context(GROUP, "pending lake", token_budget=300).text
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 0
+    assert_equals_a_fresh_build(service)
+
+
+def test_a_file_that_does_not_match_the_group_is_not_used(start: Callable[..., Epimem], tmp_path: Path) -> None:
+    """A file put back by hand (a process that did not follow the protocol): its record count differs."""
+    folder = tmp_path / "data"
+    service = start()
+    seed(service)
+    reads(service)
+    service = start()
+    old = tmp_path / "old.snap"
+    shutil.copy(folder / CLAIMED / file_name(GROUP), old)
+    service.add_messages(GROUP, "s4", [{"id": "new", "content": "A new word about the velodrome."}])
+    service.memory.store.vectors.snapshots.forget()  # nothing kept at close
+    service.close()
+    shutil.copy(old, folder / FOLDER / file_name(GROUP))
+    service = start()
+    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 0
+
+
+def scan(folder: Path) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if p.is_file() and MARKER.encode() in p.read_bytes()]
+
+
+def test_a_delete_scrubs_the_file_at_once(start: Callable[..., Epimem], tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    service = start()
+    seed(service)
+    reads(service)
+    service.close()
+    assert scan(folder / FOLDER)  # the test can fail: the kept snapshot holds the text
+    service = start()
+    assert MARKER in service.context(GROUP, MARKER, token_budget=300).text  # loaded from the file
+    service.delete_message(GROUP, "s2", "secret")
+    assert not [p for p in scan(folder) if "read-snapshots" in p]
+    service = start()
+    assert MARKER not in service.context(GROUP, MARKER, token_budget=300).text
+    assert not [p for p in scan(folder) if "read-snapshots" in p]
+    gone = "zqsessiongone"  # a deleted session's id is not kept either
+    service.add_messages(GROUP, gone, [{"id": "q", "content": "A short-lived session about kites."}])
+    assert "kites" in service.context(GROUP, "kites", token_budget=300).text
+    service.delete_session(GROUP, gone)
+    assert "kites" not in service.context(GROUP, "kites", token_budget=300).text
+    service.close()
+    kept = [p.read_bytes() for p in (folder / FOLDER).iterdir()]
+    assert kept and not [data for data in kept if gone.encode() in data]
+    service = start()
+    service.delete_group(GROUP)
+    service.close()
+    assert not list((folder / FOLDER).iterdir())
+
+
+def test_nothing_is_kept_on_disk_with_a_chroma_server(chroma_server: Any, tmp_path: Path, embedder: Any) -> None:
+    settings = Settings(data_dir=tmp_path / "data", chroma_host="127.0.0.1", chroma_port=chroma_server.port)
+    service = Epimem.from_settings(settings, background=False, embedder=embedder)
+    try:
+        seed(service)
+        reads(service)
+    finally:
+        service.close()
+    assert not (tmp_path / "data" / FOLDER).exists() and not (tmp_path / "data" / CLAIMED).exists()
