@@ -35,7 +35,7 @@ from chromadb.config import Settings as ChromaSettings
 
 from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
-from memory.store.erasure import ErasureReport, erase, zero_all_index_slack
+from memory.store.erasure import ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
 from memory.store.snapshot_files import SnapshotFiles
 
@@ -195,6 +195,7 @@ class ChromaConnection:
 
 _EMBEDDED: dict[str, ChromaConnection] = {}
 _EMBEDDED_LOCK = threading.Lock()
+_ZEROED: dict[str, dict[str, Stamp]] = {}  # folder -> the indexes whose slack was zeroed, as they were then
 
 
 def open_connection(
@@ -283,7 +284,8 @@ def _stop_embedded(path: str) -> None:
     SharedSystemClient._identifier_to_refcount.pop(path, None)
     if system is not None:
         system.stop()
-        zero_all_index_slack(Path(path))  # what the engine wrote from uninitialised buffers
+        # what the engine wrote from uninitialised buffers; indexes it did not save are skipped
+        zero_all_index_slack(Path(path), _ZEROED.setdefault(path, {}))
 
 
 def close_embedded(data_dir: Path) -> bool:
@@ -295,4 +297,5 @@ def close_embedded(data_dir: Path) -> bool:
     if connection is None:
         return False
     _stop_embedded(path)
+    _ZEROED.pop(path, None)  # another process may write the folder next
     return True

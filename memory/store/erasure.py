@@ -182,14 +182,38 @@ def scrub_stopped(folder: Path) -> tuple[int, list[str]]:
     return rows, removed
 
 
-def zero_all_index_slack(folder: Path) -> int:
+Stamp = tuple[int, ...]  # what a saved index's files looked like when their slack was zeroed
+
+
+def zero_all_index_slack(folder: Path, seen: dict[str, Stamp] | None = None) -> int:
     """Zero the unused capacity of every saved vector index of a folder whose engine has stopped (an
-    index saved by a running process may carry stale memory, even deleted text, into it)."""
+    index saved by a running process may carry stale memory, even deleted text, into it).
+
+    ``seen`` (updated in place): the indexes zeroed before, with the stamp of their files then; an
+    index whose files are unchanged since is skipped. Without it every engine restart rewrote the
+    slack of every index of the folder (~165 KB per 20-vector partition: 1.6 GB per restart at
+    10,000 partitions). Returns how many indexes were zeroed."""
     done = 0
     for child in Path(folder).iterdir() if Path(folder).is_dir() else ():
-        if child.is_dir() and _UUID.match(child.name):
-            done += zero_index_slack(child)
+        if not (child.is_dir() and _UUID.match(child.name)):
+            continue
+        if seen is not None and child.name in seen and seen[child.name] == _stamp(child):
+            continue  # zeroed before and not saved since
+        done += zero_index_slack(child)
+        if seen is not None:
+            stamp = _stamp(child)  # after this write: the engine's next save changes it
+            if stamp is not None:
+                seen[child.name] = stamp
     return done
+
+
+def _stamp(segment: Path) -> Stamp | None:
+    """Inode, size and modification time of an index's data and length files; None if missing."""
+    try:
+        found = [(segment / name).stat() for name in ("data_level0.bin", "length.bin", "header.bin")]
+    except OSError:
+        return None
+    return tuple(value for item in found for value in (item.st_ino, item.st_size, item.st_mtime_ns))
 
 
 _HEADER = struct.Struct("<iQQQQ")  # version, offsetLevel0, max_elements, cur_element_count, size_data_per_element

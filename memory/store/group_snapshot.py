@@ -14,7 +14,6 @@ import numpy as np
 from memory.models import Episode, GroupConfiguration, Message, SessionInfo
 from memory.store import codec
 from memory.store.records import VectorRecord
-from memory.store.versions import Version
 
 KINDS = ("episode", "summary", "message")
 # Bytes a full snapshot is estimated to hold per record beyond its vector (metadata, message): what
@@ -22,6 +21,10 @@ KINDS = ("episode", "summary", "message")
 FULL_RECORD_BYTES = 1600
 KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 OTHER_KIND = len(KINDS)
+
+# What a snapshot is labelled with (memory.store.versions): (writes of this process, the shared stamp;
+# None: embedded or no record).
+Version = tuple[int, str | None]
 
 
 @dataclass(eq=False)

@@ -39,15 +39,12 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from memory.models import GroupConfiguration, Message, Role, SessionInfo
-from memory.store.group_snapshot import GroupSnapshot, estimate_bytes
-
-if TYPE_CHECKING:
-    from memory.store.versions import Version
+from memory.store.group_snapshot import GroupSnapshot, Version, estimate_bytes
 
 FOLDER = "read-snapshots"
 CLAIMED = "read-snapshots.open"

@@ -19,9 +19,15 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from memory.models import Message
-from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, messages_bytes, rows_bytes
+from memory.store.group_snapshot import (
+    FULL_RECORD_BYTES,
+    GroupSnapshot,
+    Version,
+    columns_snapshot,
+    messages_bytes,
+    rows_bytes,
+)
 from memory.store.records import VectorRecord
-from memory.store.versions import Version
 
 T = TypeVar("T")
 

@@ -33,11 +33,10 @@ import numpy as np
 
 from memory.models import GroupConfiguration, Message, SessionInfo
 from memory.store import codec, versions
-from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, columns_snapshot, estimate_bytes
+from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, Version, columns_snapshot, estimate_bytes
 from memory.store.paging import pages
 from memory.store.snapshot_files import Restorer
 from memory.store.snapshot_patch import diff, inherit, patch
-from memory.store.versions import Version
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections

@@ -33,8 +33,6 @@ from memory.store import codec
 if TYPE_CHECKING:
     from memory.store.collections import Collections
 
-Version = tuple[int, str | None]  # (writes of this process, the shared stamp; None: embedded or no record)
-
 
 WRITER_KEYS = 16
 PREFIX = "w."

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ pytestmark = pytest.mark.slow
 # leaves the tree as it found it. Otherwise they go to a temporary folder (still taken: a page that cannot be
 # photographed fails).
 UPDATE_IMAGES = os.environ.get("EPIMEM_UPDATE_IMAGES") == "1"
-IMAGES = DOCS / "images" if UPDATE_IMAGES else Path(tempfile.mkdtemp(prefix="epimem-shots-"))
+IMAGES = DOCS / "images"
 SIZE = {"width": 1280, "height": 800}
 ADMIN_KEY = "explorer-admin-key-0123"
 READ_KEY = "explorer-read-key-01234"
@@ -223,6 +222,14 @@ def accessible(page: Any) -> None:
     results = Axe().run(page)
     bad = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
     assert bad == [], [(v["id"], v["help"], [n["target"] for n in v["nodes"]][:3]) for v in bad]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pictures(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where ``shoot`` writes: docs/images on request, else pytest's own temporary folder."""
+    global IMAGES
+    if not UPDATE_IMAGES:
+        IMAGES = tmp_path_factory.mktemp("explorer-shots")
 
 
 def shoot(page: Any, name: str) -> None:

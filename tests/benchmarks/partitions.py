@@ -91,17 +91,31 @@ def build(store: Store, sessions: int, episodes: int, *, batch: int = 1, seed: i
     nprng = np.random.default_rng(seed)
     store.log.register_group(GROUP)
     times: list[float] = []
+    cpu: list[float] = []  # CPU seconds of the process (every thread): what a shared machine's load barely moves
     with c.PeakRss() as peak:
         for first in range(0, sessions, batch):
             numbers = range(first, min(first + batch, sessions))
             records = {session_id(number): make_records(number, episodes, rng, nprng) for number in numbers}
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             if batch == 1:
                 store.vectors.upsert(GROUP, session_id(first), records[session_id(first)])
             else:
                 store.vectors.upsert_sessions(GROUP, records)
             times.extend([(time.perf_counter() - started) / len(numbers)] * len(numbers))
-    return {"creation": c.summary(times), "total_s": sum(times), "peak_rss_mb": peak.peak, "rss_after_mb": c.rss_mb()}
+            cpu.extend([(time.process_time() - cpu_started) / len(numbers)] * len(numbers))
+    # Mean per partition over each tenth of the build: flat if nothing grows with the group.
+    step = max(1, -(-sessions // 10))
+    ends = range(step, sessions + step, step)
+    return {
+        "creation": c.summary(times),
+        "blocks": {f"{end}": 1000 * float(np.mean(times[end - step : end])) for end in ends},
+        "cpu_blocks": {f"{end}": 1000 * float(np.mean(cpu[end - step : end])) for end in ends},
+        "cpu_ms": 1000 * float(np.mean(cpu)),
+        "total_s": sum(times),
+        "peak_rss_mb": peak.peak,
+        "rss_after_mb": c.rss_mb(),
+        "restarts": store.connection.restarts,
+    }
 
 
 def query_texts(count: int, seed: int = 11) -> list[str]:
@@ -235,7 +249,11 @@ def main() -> None:
                 mean=built["creation"]["mean"],
                 total_s=built["total_s"],
             )
+            c.line("creation per partition (ms), mean up to", **{k: round(v, 1) for k, v in built["blocks"].items()})
+            c.line("  CPU ms per partition, mean up to", **{k: round(v, 1) for k, v in built["cpu_blocks"].items()})
+            c.line("  CPU ms per partition, all", mean=built["cpu_ms"])
             c.line("rss during/after creation MB", peak=built["peak_rss_mb"], after=built["rss_after_mb"])
+            c.line("engine restarts while creating", restarts=built["restarts"])
         c.line("data folder on disk MB", total=c.disk_mb(data_dir), vectors_stored=sessions * args.episodes * 2)
         latencies = search_latencies(service, sessions, queries)
         for name, figures in latencies.items():

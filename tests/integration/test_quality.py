@@ -75,3 +75,15 @@ def test_no_module_is_over_400_lines() -> None:
     sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
     long = {str(p.relative_to(ROOT)): n for p in sources if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert sources and long == {}
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/architecture.md is the map: a module it does not name is a room nobody can find."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    sources = [path for package in ("memory", "retrieval", "api") for path in (ROOT / package).rglob("*.py")]
+    unnamed = [
+        str(p.relative_to(ROOT))
+        for p in sources
+        if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in page
+    ]
+    assert sources and unnamed == []
