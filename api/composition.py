@@ -21,6 +21,8 @@ from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor
 from memory.lifecycle.reembed import Reembedder
+from memory.lifecycle.reform import Reformer
+from memory.lifecycle.revisions import RevisionLog
 from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.transfer import Transfer
 from memory.llm.stats import LLMCallStats, Reporting
@@ -93,6 +95,8 @@ def _build(
     summariser = Summariser(
         log=store.log, vectors=store.vectors, embedder=embedder, generator=generator if client is not None else None
     )
+    # One reformer for deletes and corrections: an episode made again from changed sources, with its history.
+    reformer = Reformer(vectors=store.vectors, embedder=embedder, generator=generator, revisions=RevisionLog(store.log))
     llm_components: dict[str, Reporting[LLMCallStats]] = {"generator": generator}  # offline: all zero
     if segmenter_stats is not None:
         llm_components["segmenter"] = segmenter_stats
@@ -102,20 +106,15 @@ def _build(
         ingestor=ingestor,
         summariser=summariser,
         deleter=Deleter(
-            log=store.log,
-            vectors=store.vectors,
-            admin=store.admin,
-            embedder=embedder,
-            generator=generator,
-            summariser=summariser,
+            log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer
         ),
         editor=Editor(
             log=store.log,
             vectors=store.vectors,
             admin=store.admin,
             embedder=embedder,
-            generator=generator,
             summariser=summariser,
+            reformer=reformer,
         ),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
         transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from memory.embedding.embedder import Embedder
-from memory.episodes.generation import EpisodeGenerator
 from memory.errors import NotFoundError
 from memory.lifecycle.reform import Reformer
-from memory.lifecycle.revisions import RevisionKind, RevisionLog
+from memory.lifecycle.revisions import RevisionKind
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
 from memory.models import Episode
 from memory.receipts import DeletionReceipt
@@ -43,15 +41,14 @@ class Deleter:
         log: LogWriter,
         vectors: VectorWriter,
         admin: Administration,
-        embedder: Embedder,
-        generator: EpisodeGenerator,
         summariser: Summariser,
+        reformer: Reformer,
     ) -> None:
         self._log = log
         self._vectors = vectors
         self._admin = admin
         self._summariser = summariser
-        self._reformer = Reformer(vectors=vectors, embedder=embedder, generator=generator, revisions=RevisionLog(log))
+        self._reformer = reformer
 
     # -- messages and episodes ---------------------------------------------------------------------
 

@@ -9,10 +9,9 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from memory.embedding.embedder import Embedder
-from memory.episodes.generation import EpisodeGenerator
 from memory.errors import InvalidInputError, NotFoundError
 from memory.lifecycle.reform import Reformer
-from memory.lifecycle.revisions import RevisionKind, RevisionLog
+from memory.lifecycle.revisions import RevisionKind
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
 from memory.models import Episode, EpisodeType, Frozen
 from memory.receipts import RedactionReceipt
@@ -66,16 +65,16 @@ class Editor:
         vectors: VectorWriter,
         admin: Administration,
         embedder: Embedder,
-        generator: EpisodeGenerator,
         summariser: Summariser,
+        reformer: Reformer,
     ) -> None:
         self._log = log
         self._vectors = vectors
         self._admin = admin
         self._embedder = embedder
         self._summariser = summariser
-        self.revisions = RevisionLog(log)
-        self._reformer = Reformer(vectors=vectors, embedder=embedder, generator=generator, revisions=self.revisions)
+        self._reformer = reformer
+        self.revisions = reformer.revisions
 
     def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
         selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
