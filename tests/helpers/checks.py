@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from chromadb.api import ClientAPI
 
 from api.facade import Epimem
 from memory.models import MessageState
+from memory.store.group_snapshot import GroupSnapshot
 from memory.store.records import RecordFilter
+from retrieval.keyword import KeywordIndex
 
 
 def assert_consistent(
@@ -94,3 +97,21 @@ def cached_keyword_text(service: Epimem) -> str:
     for _version, index in service.searcher.keywords.entries.values():
         parts += [f"{r.id} {r.document} {json.dumps(r.metadata, ensure_ascii=False)}" for r in index.records]
     return "\n".join(parts)
+
+
+# -- read snapshots ----------------------------------------------------------------------------------------
+
+
+def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
+    """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
+    found = {}
+    for position, record_id in enumerate(snapshot.ids):
+        record = snapshot.record(position)
+        direction = snapshot.directions[position].round(5).tobytes() if snapshot.directions is not None else b""
+        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
+    return found
+
+
+def keyword_scores(index: KeywordIndex, snapshot: GroupSnapshot, query: str) -> dict[str, float]:
+    scores = index.scores(query)
+    return {record_id: float(scores[position]) for position, record_id in enumerate(snapshot.ids)}

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from helpers.builders import messages
+from helpers.checks import by_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,16 +21,6 @@ STEPS = st.lists(
     min_size=4,
     max_size=12,
 )
-
-
-def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
-    """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
-    found = {}
-    for position, record_id in enumerate(snapshot.ids):
-        record = snapshot.record(position)
-        direction = snapshot.directions[position].round(5).tobytes() if snapshot.directions is not None else b""
-        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
-    return found
 
 
 def same(extended: GroupSnapshot, fresh: GroupSnapshot) -> None:

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.builders import messages
-from test_snapshot_patches import QUERIES, by_record, keyword_scores
+from helpers.checks import by_record, keyword_scores
+from test_snapshot_patches import QUERIES
 
 from api.facade import Epimem
 from api.settings import Settings

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.builders import messages
+from helpers.checks import by_record, keyword_scores
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -20,26 +21,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from api.facade import Epimem
 from api.settings import Settings
 from memory.store.factory import open_store
-from memory.store.group_snapshot import GroupSnapshot, estimate_bytes
+from memory.store.group_snapshot import estimate_bytes
 from retrieval.keyword import KeywordIndex
 
 QUERIES = ["the dog Rex", "lake", "pottery class on Thursday"]
 SESSIONS = st.sampled_from(["s0", "s1", "s2"])
-
-
-def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
-    """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
-    found = {}
-    for position, record_id in enumerate(snapshot.ids):
-        record = snapshot.record(position)
-        direction = snapshot.directions[position].round(5).tobytes() if snapshot.directions is not None else b""
-        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
-    return found
-
-
-def keyword_scores(index: KeywordIndex, snapshot: GroupSnapshot, query: str) -> dict[str, float]:
-    scores = index.scores(query)
-    return {record_id: float(scores[position]) for position, record_id in enumerate(snapshot.ids)}
 
 
 class Patches(RuleBasedStateMachine):

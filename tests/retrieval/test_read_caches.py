@@ -58,6 +58,12 @@ def found_text(service: Epimem, group_id: str, query: str) -> str:
     return context + "\n".join(m.content for hit in hits for m in hit.messages or [])
 
 
+def on_server(chroma_server: Any, data_dir: Path, embedder: SentenceTransformerEmbedder, name: str) -> Epimem:
+    """An epimem service of its own (``name``) on the shared Chroma server."""
+    settings = Settings(data_dir=data_dir, chroma_host="127.0.0.1", chroma_port=chroma_server.port, node_id=name)
+    return Epimem.from_settings(settings, background=False, embedder=embedder)
+
+
 def test_cached_reads_equal_uncached_reads(make_service: Callable[..., Epimem], group_id: str) -> None:
     cached = make_service()
     seed(cached, group_id)
@@ -147,13 +153,7 @@ def test_writes_of_another_server_are_seen(
     """Two services on one Chroma server: each sees the other's adds and deletes on its next request,
     whatever its cache holds (the shared stamp in the registry)."""
 
-    def server(name: str) -> Epimem:
-        settings = Settings(
-            data_dir=tmp_path / name, chroma_host="127.0.0.1", chroma_port=chroma_server.port, node_id=name
-        )
-        return Epimem.from_settings(settings, background=False, embedder=embedder)
-
-    one, two = server("one"), server("two")
+    one, two = (on_server(chroma_server, tmp_path / n, embedder, n) for n in ("one", "two"))
     try:
         seed(one, group_id)
         assert "Miso" in found_text(two, group_id, "kitten Miso")  # two caches the group
@@ -211,13 +211,7 @@ def test_own_writes_patch_the_snapshot(service: Epimem, group_id: str) -> None:
 def test_another_servers_write_is_read_again_not_patched(
     chroma_server: Any, tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
 ) -> None:
-    def server(name: str) -> Epimem:
-        settings = Settings(
-            data_dir=tmp_path / name, chroma_host="127.0.0.1", chroma_port=chroma_server.port, node_id=name
-        )
-        return Epimem.from_settings(settings, background=False, embedder=embedder)
-
-    one, two = server("one"), server("two")
+    one, two = (on_server(chroma_server, tmp_path / n, embedder, n) for n in ("one", "two"))
     try:
         seed(one, group_id)
         assert "Miso" in found_text(two, group_id, "kitten Miso")
