@@ -83,7 +83,7 @@ class StoreAdmin(StorePart):
 
     def _epimem_collections(self, group_id: str | None) -> list[tuple[str, dict[str, Any]]]:
         found = []
-        for collection in self._collections.client.list_collections():
+        for collection in self._collections.listed():
             metadata = dict(collection.metadata or {})
             if "epimem" not in metadata or (group_id is not None and metadata.get("group_id") != group_id):
                 continue
@@ -92,7 +92,7 @@ class StoreAdmin(StorePart):
 
     @store_call
     def collection_names(self) -> list[str]:
-        return sorted(collection.name for collection in self._collections.client.list_collections())
+        return sorted(collection.name for collection in self._collections.listed())
 
     @store_call
     def epimem_collections(self, group_id: str | None = None) -> list[tuple[str, dict[str, Any]]]:
@@ -115,7 +115,7 @@ class StoreAdmin(StorePart):
         collection dropped and the new one renamed, so an interruption never loses the records
         (``finish_rebuilds`` completes a rename that was cut short).
         """
-        client = self._collections.client
+        client = self.connection.client_for(name)
         old = client.get_collection(name, embedding_function=None)
         metadata = {**(old.metadata or {}), "epimem_model": self.model_id}
         temporary = f"{name}-rebuild"
@@ -137,8 +137,7 @@ class StoreAdmin(StorePart):
     @store_call
     def finish_rebuilds(self) -> list[str]:
         """Complete rebuilds whose rename was interrupted; drop rebuilds whose original still exists."""
-        client = self._collections.client
-        names = {collection.name for collection in client.list_collections()}
+        names = {collection.name for collection in self._collections.listed()}
         finished = []
         for temporary in sorted(name for name in names if name.endswith("-rebuild")):
             original = temporary.removesuffix("-rebuild")
@@ -146,7 +145,7 @@ class StoreAdmin(StorePart):
                 self._collections.drop(temporary)
             else:
                 self.connection.forget([original])
-                renamed = client.get_collection(temporary, embedding_function=None)
+                renamed = self.connection.client_for(temporary).get_collection(temporary, embedding_function=None)
                 renamed.modify(name=original)
                 finished.append(original)
                 if "group_id" in (renamed.metadata or {}):

@@ -25,6 +25,7 @@ from memory.store.filters import RecordFilter
 from memory.timeutil import from_epoch, to_epoch
 
 REGISTRY = "epm-registry"
+PARTITION_PREFIX = "epm-p-"  # memory.store.connection keeps these collections in an engine of their own
 GROUP_RECORD_ID = "group"
 PLACEHOLDER: Any = [0.0]
 
@@ -39,7 +40,7 @@ def digest(*parts: str) -> str:
 
 
 def partition_name(group_id: str, session_id: str) -> str:
-    return f"epm-p-{digest(group_id, session_id)}"
+    return f"{PARTITION_PREFIX}{digest(group_id, session_id)}"
 
 
 def log_name(group_id: str) -> str:

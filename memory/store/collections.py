@@ -51,10 +51,14 @@ class Collections:
             )
         return collection
 
+    def listed(self) -> list[Collection]:
+        """Every collection of every engine (memory.store.connection)."""
+        return [found for engine in self.connection.engines for found in engine.client.list_collections()]
+
     def existing(self, name: str) -> Collection | None:
         """A collection by name without the model check, or None."""
         try:
-            return self.client.get_collection(name, embedding_function=None)
+            return self.connection.client_for(name).get_collection(name, embedding_function=None)
         except (chromadb.errors.NotFoundError, ValueError):
             return None
 
@@ -116,5 +120,5 @@ class Collections:
         if collection is None:
             return -1
         count = collection.count()
-        self.client.delete_collection(name)
+        self.connection.client_for(name).delete_collection(name)
         return count

@@ -14,6 +14,13 @@ stops the engine, hands the freed memory back to the operating system (``malloc_
 the engine again on the same folder; indexes reload from disk on their next use. Every store call runs inside
 ``ChromaConnection.call`` (shared), a restart runs alone (exclusive). With a Chroma server the
 memory lives in the server's process and nothing is restarted.
+
+A new data folder keeps the partitions (``epm-p-*``, one per session) in an engine of their own, on
+``data_dir/chroma-partitions``, beside the engine of ``data_dir/chroma`` (the registry, the groups'
+logs and indexes). Each engine counts and restarts on its own: creating or touching partitions
+restarts only theirs, so a restart no longer reloads a big group's index (measured: ~6 ms of CPU
+per 1,000 vectors at its next use, 1.2 s per restart at 200,000). A folder written before keeps its
+single engine (no ``chroma-partitions`` beside a ``chroma`` that holds a database).
 """
 
 from __future__ import annotations
@@ -35,11 +42,32 @@ from chromadb.config import Settings as ChromaSettings
 
 from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
-from memory.store.erasure import ErasureReport, Stamp, erase, zero_all_index_slack
+from memory.store.codec import PARTITION_PREFIX
+from memory.store.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
 from memory.store.snapshot_files import SnapshotFiles
 
 CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
+PARTITIONS_FOLDER = "chroma-partitions"  # beside ``chroma``: the partitions' engine (new folders)
+
+
+class Engine:
+    """One Chroma client: a server's, or an embedded engine on one folder (``stop``: restartable)."""
+
+    def __init__(
+        self, start: Callable[[], ClientAPI], stop: Callable[[], None] | None = None, path: Path | None = None
+    ) -> None:
+        self.start = start
+        self.stop = stop
+        self.path = path if stop is not None else None
+        self.touched: set[str] = set()  # collections used since this engine (re)started
+        self.client = start()
+
+    def restart(self) -> None:
+        assert self.stop is not None
+        self.touched.clear()
+        self.stop()
+        self.client = self.start()
 
 
 class ChromaConnection:
@@ -53,8 +81,8 @@ class ChromaConnection:
         recycle_after: int = 0,
         max_open: int = 256,
         path: Path | None = None,
+        partitions: Engine | None = None,
     ) -> None:
-        self._start = start
         self.path = path if stop is not None else None  # the embedded folder; None with a server
         self._stop = stop
         self.recycle_after = recycle_after if stop is not None else 0
@@ -62,7 +90,6 @@ class ChromaConnection:
         self._gate = ReadersWriterLock()  # store calls shared, an engine restart or erasure exclusive
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Collection] = OrderedDict()
-        self._touched: set[str] = set()
         self._versions: dict[str, int] = {}  # group -> writes by this process (memory.store.versions)
         # group -> local version -> what that write changed (memory.store.versions: read caches patch
         # themselves with it instead of rebuilding); emptied by any write that does not say.
@@ -72,7 +99,27 @@ class ChromaConnection:
         self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
         self._stamped: set[str] = set()
         self.restarts = 0
-        self.client = start()
+        self._main = Engine(start, stop, path)
+        self._partitions = partitions  # None: the partitions live in the main engine (a server, an older folder)
+
+    @property
+    def client(self) -> ClientAPI:
+        """The main engine's client: the registry, the groups' logs and indexes (and, with a server or
+        a folder written before the partitions had an engine of their own, everything)."""
+        return self._main.client
+
+    @property
+    def engines(self) -> list[Engine]:
+        return [self._main] if self._partitions is None else [self._main, self._partitions]
+
+    def _engine(self, name: str) -> Engine:
+        if self._partitions is not None and name.startswith(PARTITION_PREFIX):
+            return self._partitions
+        return self._main
+
+    def client_for(self, name: str) -> ClientAPI:
+        """The client of the engine that holds the collection ``name``."""
+        return self._engine(name).client
 
     @property
     def shared(self) -> bool:
@@ -128,26 +175,34 @@ class ChromaConnection:
 
     @property
     def touched(self) -> int:
-        """Collections used since the engine (re)started."""
+        """Collections used since the engines (re)started."""
         with self._lock:
-            return len(self._touched)
+            return sum(len(engine.touched) for engine in self.engines)
+
+    def _due_engines(self) -> list[Engine]:
+        if not self.recycle_after:
+            return []
+        with self._lock:
+            return [engine for engine in self.engines if len(engine.touched) > self.recycle_after]
 
     def _due(self) -> bool:
-        return bool(self.recycle_after) and self.touched > self.recycle_after
+        return bool(self._due_engines())
 
     def restart(self) -> bool:
-        """Stop and start the embedded engine once no call is in flight; False if not needed (any more)."""
+        """Stop and start each embedded engine past its bound once no call is in flight; False if
+        none is (any more)."""
         if self._stop is None:
             return False
         with self._gate.exclusive():
-            if not self._due():
+            due = self._due_engines()
+            if not due:
                 return False  # another thread restarted it while this one waited
-            with self._lock:
-                self._handles.clear()
-                self._touched.clear()
-            self._stop()
-            self.client = self._start()
-            self.restarts += 1
+            for engine in due:
+                with self._lock:
+                    for name in [name for name in self._handles if self._engine(name) is engine]:
+                        del self._handles[name]
+                engine.restart()
+                self.restarts += 1
             _return_freed_memory()
         return True
 
@@ -156,13 +211,26 @@ class ChromaConnection:
         scrub its folder (memory.store.erasure), start it again. None with a Chroma server."""
         if self._stop is None or self.path is None:
             return None
+        wanted = list(names)
+        total = ErasureReport()
         with self._gate.exclusive():
             with self._lock:
                 self._handles.clear()
-                self._touched.clear()
-            self.client, report = erase(self.client, self.path, stop=self._stop, start=self._start, names=names)
-            self.restarts += 1
-        return report
+            for engine in self.engines:
+                assert engine.stop is not None and engine.path is not None
+                engine.touched.clear()
+                mine = [name for name in wanted if self._engine(name) is engine]
+                engine.client, report = erase(
+                    engine.client, engine.path, stop=engine.stop, start=engine.start, names=mine
+                )
+                self.restarts += 1
+                total.rebuilt += report.rebuilt
+                total.log_rows += report.log_rows
+                total.folders += report.folders
+                total.bytes_before += report.bytes_before
+                total.bytes_after += report.bytes_after
+                total.seconds += report.seconds
+        return total
 
     def handle(self, name: str, opener: Callable[[ClientAPI], Collection | None]) -> Collection | None:
         """The cached handle of a collection, or ``opener(client)``'s (cached if not None)."""
@@ -170,14 +238,14 @@ class ChromaConnection:
             cached = self._handles.get(name)
             if cached is not None:
                 self._handles.move_to_end(name)
-                self._touched.add(name)
+                self._engine(name).touched.add(name)
                 return cached
-        collection = opener(self.client)
+        collection = opener(self.client_for(name))
         if collection is None:
             return None
         with self._lock:
             self._handles[name] = collection
-            self._touched.add(name)
+            self._engine(name).touched.add(name)
             while len(self._handles) > self._max_open:
                 self._handles.popitem(last=False)
         return collection
@@ -215,23 +283,35 @@ def open_connection(
     lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
     fill_fresh_memory()
     path = (Path(data_dir) / "chroma").resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    settings = ChromaSettings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path))
     with _EMBEDDED_LOCK:
         connection = _EMBEDDED.get(str(path))
         if connection is None:
+            partitions = (Path(data_dir) / PARTITIONS_FOLDER).resolve()
+            apart = partitions.exists() or not (path / DATABASE).exists()  # a folder written before: one engine
+            path.mkdir(parents=True, exist_ok=True)
             connection = ChromaConnection(
-                lambda: chromadb.PersistentClient(path=str(path), settings=settings),
+                lambda: _embedded_client(path),
                 stop=lambda: _stop_embedded(str(path)),
                 recycle_after=recycle_after,
                 max_open=max_open,
                 path=path,
+                partitions=_partitions_engine(partitions) if apart else None,
             )
             _EMBEDDED[str(path)] = connection
         else:  # the folder is already open in this process: the tighter bounds win
             bounds = [b for b in (connection.recycle_after, recycle_after) if b]
             connection.recycle_after = min(bounds, default=0)
         return connection
+
+
+def _embedded_client(path: Path) -> ClientAPI:
+    settings = ChromaSettings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path))
+    return chromadb.PersistentClient(path=str(path), settings=settings)
+
+
+def _partitions_engine(path: Path) -> Engine:
+    path.mkdir(parents=True, exist_ok=True)
+    return Engine(lambda: _embedded_client(path), lambda: _stop_embedded(str(path)), path)
 
 
 def _server_client(host: str, port: int, ssl: bool, timeout_s: float) -> ClientAPI:
@@ -296,6 +376,7 @@ def close_embedded(data_dir: Path) -> bool:
         connection = _EMBEDDED.pop(path, None)
     if connection is None:
         return False
-    _stop_embedded(path)
-    _ZEROED.pop(path, None)  # another process may write the folder next
+    for engine in connection.engines:
+        _stop_embedded(str(engine.path))
+        _ZEROED.pop(str(engine.path), None)  # another process may write the folder next
     return True

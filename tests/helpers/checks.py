@@ -60,18 +60,29 @@ def assert_consistent(
             assert all(s.state is MessageState.DONE for s in stored)
 
 
+def every_client(service: Epimem) -> list[ClientAPI]:
+    """The clients of every engine of the service's store (an embedded folder keeps its partitions
+    in an engine of their own)."""
+    return [engine.client for engine in service.memory.store.connection.engines]
+
+
 def scan_client(
-    client: ClientAPI, needles: list[str], *, local: Sequence[str] = (), group_id: str = ""
+    clients: ClientAPI | Sequence[ClientAPI], needles: list[str], *, local: Sequence[str] = (), group_id: str = ""
 ) -> list[tuple[str, str, str]]:
-    """Every (collection, record id, needle) where a needle appears in any collection of the client:
+    """Every (collection, record id, needle) where a needle appears in any collection of the clients:
     in its name or metadata, or in a record's id, document or metadata.
 
     ``needles`` are unique to the test and looked for everywhere; ``local`` ones (ids such as
     "s1-a-0" that other tests' groups on a shared server hold too) in every collection except
     those that belong to another group."""
     found: list[tuple[str, str, str]] = []
-    for listed in client.list_collections():
-        collection = client.get_collection(listed.name, embedding_function=None)
+    listed = [
+        (client, name.name)
+        for client in (clients if isinstance(clients, Sequence) else [clients])
+        for name in client.list_collections()
+    ]
+    for client, name in listed:
+        collection = client.get_collection(name, embedding_function=None)
         owner = (collection.metadata or {}).get("group_id")
         mine = owner is None or owner == group_id
         needles_here = list(needles) + (list(local) if mine else [])

@@ -75,13 +75,14 @@ def check_after_restart(
         assert all(content == sent_content(session, mid) for mid, content in stored[session].items())
     assert_consistent(service, group_id, stored, flushed=True)
     probe = embedder.embed_query("a note about hiking")
-    client = service.memory.store.connection.client  # every collection, not only the ones our code paths open
-    for collection in client.list_collections():
-        opened = client.get_collection(collection.name, embedding_function=None)
-        count = opened.count()
-        if count and collection.name.startswith(("epm-p-", "epm-i-")):
-            result = opened.query(query_embeddings=[np.asarray(probe)], n_results=min(3, count))
-            assert result["ids"][0], collection.name
+    # every collection of every engine, not only the ones our code paths open
+    for engine in service.memory.store.connection.engines:
+        for collection in engine.client.list_collections():
+            opened = engine.client.get_collection(collection.name, embedding_function=None)
+            count = opened.count()
+            if count and collection.name.startswith(("epm-p-", "epm-i-")):
+                result = opened.query(query_embeddings=[np.asarray(probe)], n_results=min(3, count))
+                assert result["ids"][0], collection.name
     assert service.search(group_id, "a note about hiking", k=3)
     return sum(len(v) for v in stored.values())
 

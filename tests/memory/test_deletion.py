@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from helpers.builders import REFERENCE, T0, chat, two_episode_session
-from helpers.checks import cached_keyword_text, scan_client
+from helpers.checks import cached_keyword_text, every_client, scan_client
 
 from api.facade import Epimem
 from memory.errors import NotFoundError
@@ -64,7 +64,7 @@ def test_delete_message_repairs_its_episode_and_summary(service: Epimem, group_i
     assert [m.id for m in service.history(group_id, "s1")] == ["s1-a-1", "s1-a-2"]
 
     needles = [marker, secret, message_record_id("s1", secret)]
-    assert scan_client(service.memory.store.connection.client, needles) == []
+    assert scan_client(every_client(service), needles) == []
     assert marker not in cached_keyword_text(service)
     assert all(marker not in hit.episode.content for hit in service.search(group_id, marker, k=20))
     assert marker not in cached_keyword_text(service)
@@ -84,12 +84,7 @@ def test_deleting_the_last_messages_removes_episode_and_summary(service: Epimem,
     assert last.episodes == [episode.uuid] and last.summaries == [summary.uuid]
     assert service.timeline(group_id).episodes == []
     local = ["only-0", "only-1"]
-    assert (
-        scan_client(
-            service.memory.store.connection.client, [episode.uuid, summary.uuid], local=local, group_id=group_id
-        )
-        == []
-    )
+    assert scan_client(every_client(service), [episode.uuid, summary.uuid], local=local, group_id=group_id) == []
 
 
 def test_delete_episode_and_summary(service: Epimem, group_id: str) -> None:
@@ -111,16 +106,14 @@ def test_delete_episode_and_summary(service: Epimem, group_id: str) -> None:
     assert doomed.uuid not in rebuilt.source_episode_ids and rebuilt.unit_count == 3
     assert [m.id for m in service.history(group_id, "s1")] == ["s1-b-0", "s1-b-1"]
     local = list(doomed.source_message_ids)
-    assert (
-        scan_client(service.memory.store.connection.client, [marker, doomed.uuid], local=local, group_id=group_id) == []
-    )
+    assert scan_client(every_client(service), [marker, doomed.uuid], local=local, group_id=group_id) == []
 
     # Deleting a summary keeps its sources and clears their marks.
     receipt = service.delete_episode(group_id, GROUP_SUMMARY_SESSION, summary.uuid)
     assert receipt.summaries == [summary.uuid] and receipt.vectors == 2
     remaining = service.timeline(group_id, limit=500).episodes
     assert len(remaining) == 3 and all(e.summarised_by is None for e in remaining)
-    assert scan_client(service.memory.store.connection.client, [summary.uuid]) == []
+    assert scan_client(every_client(service), [summary.uuid]) == []
 
 
 def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_id: str) -> None:
@@ -142,17 +135,14 @@ def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_
     rebuilt = service.get_episode(group_id, GROUP_SUMMARY_SESSION, summary.uuid)
     assert not set(s1_episodes) & set(rebuilt.source_episode_ids) and rebuilt.unit_count == 2
     local = ["s1-a-0", "s1-pending-0", message_record_id("s1", "s1-a-0"), partition_name(group_id, "s1")]
-    assert (
-        scan_client(service.memory.store.connection.client, [marker_s1, *s1_episodes], local=local, group_id=group_id)
-        == []
-    )
+    assert scan_client(every_client(service), [marker_s1, *s1_episodes], local=local, group_id=group_id) == []
     assert marker_s1 not in cached_keyword_text(service)
     assert [s.session_id for s in service.list_sessions(group_id)] == ["s2"]
 
     service.search(group_id, "hiking", k=5)
     receipt = service.delete_group(group_id)
     assert receipt.collections and receipt.vectors > 0 and receipt.log_records > 0
-    assert scan_client(service.memory.store.connection.client, [group_id, marker_s2, summary.uuid]) == []
+    assert scan_client(every_client(service), [group_id, marker_s2, summary.uuid]) == []
     assert not [name for name in service.memory.store.connection.cached() if name in receipt.collections]
     assert group_id not in service.searcher.keywords.entries and marker_s2 not in cached_keyword_text(service)
     assert group_id not in service.list_groups()

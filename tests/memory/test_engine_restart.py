@@ -12,7 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
+import chromadb
+import numpy as np
 import pytest
+from chromadb.api.shared_system_client import SharedSystemClient
+from chromadb.config import Settings as Settings_
 from helpers.builders import messages
 from helpers.paths import ROOT
 from helpers.servers import ChromaServer
@@ -20,7 +24,11 @@ from helpers.servers import ChromaServer
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
-from memory.store.connection import open_connection
+from memory.store.codec import index_name, partition_name
+from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
+from memory.store.factory import open_store
+from memory.store.folder_lock import release_folder
+from memory.store.records import RecordFilter, VectorRecord
 
 # Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
 pytestmark = pytest.mark.slow
@@ -82,7 +90,11 @@ MEMORY_SCRIPT = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import numpy as np, psutil
-    from memory.store.connection import open_connection
+    from memory.store.codec import index_name, partition_name
+from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
+from memory.store.factory import open_store
+from memory.store.folder_lock import release_folder
+from memory.store.records import RecordFilter, VectorRecord
     from memory.store.factory import open_store
     from memory.store.records import RecordFilter, VectorRecord
 
@@ -122,3 +134,66 @@ def test_restarting_the_engine_bounds_resident_memory(tmp_path: Path) -> None:
     # ~2.7 MB per partition held for ever vs at most ~8 partitions' worth.
     assert unbounded["grown_mb"] > 100, unbounded
     assert bounded["grown_mb"] < unbounded["grown_mb"] / 2, (bounded, unbounded)
+
+
+def vector_records(session: int, count: int = 5) -> list[VectorRecord]:
+    vectors = np.random.default_rng(session).standard_normal((count, 384)).astype(np.float32)
+    return [
+        VectorRecord(
+            f"s{session}-r{i}", f"record {i} of {session}", {"kind": "episode", "session_id": f"s{session}"}, v
+        )
+        for i, v in enumerate(vectors)
+    ]
+
+
+def test_partitions_restart_in_their_own_engine_and_the_group_index_stays_loaded(tmp_path: Path) -> None:
+    connection = open_connection(data_dir=tmp_path, host=None, port=0, recycle_after=2)
+    try:
+        store = open_store(connection, model_id="test-model")
+        main, partitions = connection.engines
+        assert (main.path, partitions.path) == (
+            (tmp_path / "chroma").resolve(),
+            (tmp_path / PARTITIONS_FOLDER).resolve(),
+        )
+        store.vectors.upsert("g", "s0", vector_records(0))
+        main_client = main.client
+        for session in range(1, 9):
+            store.vectors.upsert("g", f"s{session}", vector_records(session))
+        assert connection.restarts >= 2  # 9 partitions, a bound of 2: the partitions' engine restarted
+        assert main.client is main_client  # the group index's engine never did: nothing reloaded it
+        assert [c.name for c in main.client.list_collections()] == [index_name("g")]
+        assert {c.name for c in partitions.client.list_collections()} == {
+            partition_name("g", f"s{s}") for s in range(9)
+        }
+        assert store.vectors.count("g") == 45
+        for session in range(9):  # every partition reads back after the restarts, as does the index
+            found = store.vectors.records("g", selection=RecordFilter(session_ids=(f"s{session}",)))
+            assert sorted(r.id for r in found) == [f"s{session}-r{i}" for i in range(5)]
+        store.admin.drop_session("g", "s3")
+        assert partition_name("g", "s3") not in store.admin.collection_names()
+        assert store.vectors.count("g") == 40
+    finally:
+        close_embedded(tmp_path)
+        release_folder(tmp_path)
+
+
+def test_a_folder_written_before_keeps_its_partitions_in_one_engine(tmp_path: Path) -> None:
+    """A data folder from before the partitions had an engine of their own opens as it was written."""
+    older = chromadb.PersistentClient(path=str(tmp_path / "chroma"), settings=Settings_(anonymized_telemetry=False))
+    older.get_or_create_collection("anything-written-before", embedding_function=None)
+    del older
+    SharedSystemClient.clear_system_cache()
+    for _ in range(2):  # written, then opened again
+        connection = open_connection(data_dir=tmp_path, host=None, port=0, recycle_after=2)
+        try:
+            store = open_store(connection, model_id="test-model")
+            assert len(connection.engines) == 1 and not (tmp_path / PARTITIONS_FOLDER).exists()
+            for session in range(4):
+                store.vectors.upsert("g", f"s{session}", vector_records(session))
+            assert partition_name("g", "s0") in {c.name for c in connection.client.list_collections()}
+            assert store.vectors.count("g") == 20
+            found = store.vectors.records("g", selection=RecordFilter(session_ids=("s2",)))
+            assert sorted(r.id for r in found) == [f"s2-r{i}" for i in range(5)]
+        finally:
+            close_embedded(tmp_path)
+            release_folder(tmp_path)

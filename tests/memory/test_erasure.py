@@ -28,7 +28,7 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.store import codec
-from memory.store.connection import close_embedded
+from memory.store.connection import PARTITIONS_FOLDER, close_embedded
 from memory.store.erasure import residue_collections
 
 # Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
@@ -113,7 +113,7 @@ def test_deletes_leave_no_byte_in_the_data_folder(make_embedded: Callable[[], Ep
     _stop_engine(data_dir)
 
     assert scan_folder(data_dir, needles) == []
-    assert residue_collections(data_dir / "chroma") == []
+    assert residue_collections(data_dir / "chroma") == [] and residue_collections(data_dir / PARTITIONS_FOLDER) == []
 
     again = make_embedded()
     assert _kept_view(again, group) == before
@@ -149,7 +149,9 @@ def test_redaction_leaves_no_byte_in_the_data_folder(make_embedded: Callable[[],
     assert scan_folder(data_dir, [secret, quoted]) == []
     # (the summary's marks on the kept session's episodes are rewrites from before, not the redaction's)
     touched = {codec.partition_name(group, "red"), codec.index_name(group), codec.log_name(group)}
-    assert touched.isdisjoint(residue_collections(data_dir / "chroma"))
+    assert touched.isdisjoint(
+        residue_collections(data_dir / "chroma") + residue_collections(data_dir / PARTITIONS_FOLDER)
+    )
 
     again = make_embedded()
     (message,) = [m for m in again.history(group, "red") if m.id == "r-0"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 
 from memory.store.codec import partition_name
-from memory.store.connection import close_embedded, open_connection
+from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
 from memory.store.factory import open_store
 from memory.store.folder_lock import release_folder
-from memory.store.records import VectorRecord
+from memory.store.records import RecordFilter, VectorRecord
 
 GROUP = "g"
 HEADER = struct.Struct("<iQQQQ")  # version, offsetLevel0, max_elements, cur_element_count, size_data_per_element
@@ -50,7 +50,7 @@ def stamps(folder: Path) -> list[int]:
 
 def test_a_restart_zeroes_the_indexes_saved_since_and_rewrites_no_other(tmp_path: Path) -> None:
     connection = open_connection(data_dir=tmp_path, host=None, port=0, recycle_after=1000)
-    chroma = tmp_path / "chroma"
+    chroma = tmp_path / PARTITIONS_FOLDER  # the partitions' engine (memory.store.connection)
     try:
         store = open_store(connection, model_id="test-model")
         for session in range(4):
@@ -69,9 +69,8 @@ def test_a_restart_zeroes_the_indexes_saved_since_and_rewrites_no_other(tmp_path
         assert any(slack(folders[3]))
 
         restarts = connection.restarts
-        store.vectors.count(GROUP)  # touches the group index
-        store.vectors.records(GROUP, ids=["s0-r0"])  # and again: the bound (1) is passed, a restart follows
-        store.vectors.upsert(GROUP, "s2", records(2)[:1])  # s2 saved by the engine (two collections touched)
+        store.vectors.records(GROUP, ids=["s0-r0"], selection=RecordFilter(session_ids=("s0",)))  # reads s0
+        store.vectors.upsert(GROUP, "s2", records(2)[:1])  # s2 saved: two partitions touched, a restart follows
         assert connection.restarts >= restarts + 1
 
         assert not any(slack(folders[3]))  # zeroed again
