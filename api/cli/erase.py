@@ -14,6 +14,7 @@ import typer
 
 from api.cli.common import fail
 from memory.errors import EpimemError
+from memory.store.connection import PARTITIONS_FOLDER
 from memory.store.erasure import erase_folder
 from memory.store.folder_lock import LOCK_NAME, lock_folder, release_folder
 
@@ -38,13 +39,21 @@ def erase_residue(
             lock_folder(data_dir)
     except EpimemError as error:
         fail(error.message, 2, code=error.code)
+    # An epimem data folder written since the partitions have an engine of their own: that folder too.
+    partitions = data_dir / PARTITIONS_FOLDER
+    folders = [chroma_path] + (
+        [partitions] if locked and partitions.is_dir() and partitions != chroma_path.resolve() else []
+    )
     try:
-        report = erase_folder(chroma_path)
+        reports = [erase_folder(folder) for folder in folders]
     except FileNotFoundError as error:
         fail(str(error), 2)
     finally:
         if locked:
             release_folder(data_dir)
+    report = reports[0]
+    for more in reports[1:]:
+        report.add(more)
     typer.echo(
         f"rebuilt {len(report.rebuilt)} collections ({', '.join(report.rebuilt) or '-'}), removed "
         f"{report.log_rows} write-log rows and {len(report.folders)} orphaned segment folders; "

@@ -224,12 +224,7 @@ class ChromaConnection:
                     engine.client, engine.path, stop=engine.stop, start=engine.start, names=mine
                 )
                 self.restarts += 1
-                total.rebuilt += report.rebuilt
-                total.log_rows += report.log_rows
-                total.folders += report.folders
-                total.bytes_before += report.bytes_before
-                total.bytes_after += report.bytes_after
-                total.seconds += report.seconds
+                total.add(report)
         return total
 
     def handle(self, name: str, opener: Callable[[ClientAPI], Collection | None]) -> Collection | None:

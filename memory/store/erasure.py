@@ -67,6 +67,16 @@ class ErasureReport:
     bytes_after: int = 0
     seconds: float = 0.0
 
+    def add(self, other: ErasureReport) -> ErasureReport:
+        """This report with another folder's added to it (one erasure over two folders)."""
+        self.rebuilt += other.rebuilt
+        self.log_rows += other.log_rows
+        self.folders += other.folders
+        self.bytes_before += other.bytes_before
+        self.bytes_after += other.bytes_after
+        self.seconds += other.seconds
+        return self
+
 
 def _open(folder: Path, *, read_only: bool = False) -> sqlite3.Connection:
     path = Path(folder) / DATABASE

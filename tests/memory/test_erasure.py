@@ -218,6 +218,36 @@ def _documented_command(folder: Path) -> list[str]:
     return [sys.executable, "-m", "api.cli", *words[1:3], str(folder)]
 
 
+_DELETE_BEHIND_EPIMEM = """
+import sys, chromadb
+path, name, marker = sys.argv[1:]
+partition = chromadb.PersistentClient(path=path).get_collection(name, embedding_function=None)
+found = partition.get(include=["documents"])
+partition.delete(ids=[i for i, d in zip(found["ids"], found["documents"]) if marker in (d or "")])
+"""
+
+
+def test_erase_residue_on_a_data_folder_reaches_its_partitions_folder(
+    make_embedded: Callable[[], Epimem], tmp_path: Path
+) -> None:
+    """``--chroma-path <data>/chroma`` also scrubs ``<data>/chroma-partitions``, the partitions' engine."""
+    data_dir, marker = tmp_path / "data", _marker("part")
+    service = make_embedded()
+    two_episode_session(service, "g", "s1", day=0, marker=marker)
+    service.close()
+    _stop_engine(data_dir)
+    partitions = data_dir / PARTITIONS_FOLDER
+    # A delete that no erasure followed (made behind epimem's back, in a process of its own).
+    script = [sys.executable, "-c", _DELETE_BEHIND_EPIMEM, str(partitions), codec.partition_name("g", "s1"), marker]
+    subprocess.run(script, capture_output=True, text=True, timeout=120, check=True)
+    assert scan_folder(partitions, [marker])  # the partition's write log still holds the deleted text
+
+    done = subprocess.run(_documented_command(data_dir / "chroma"), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert codec.partition_name("g", "s1") in done.stdout
+    assert scan_folder(partitions, [marker]) == []
+
+
 def test_erase_residue_refuses_a_folder_without_chroma(tmp_path: Path) -> None:
     erase = [sys.executable, "-m", "api.cli", "erase-residue", "--chroma-path", str(tmp_path)]
     done = subprocess.run(erase, capture_output=True, text=True, timeout=120, check=False)
