@@ -46,6 +46,7 @@ from memory.store.codec import PARTITION_PREFIX
 from memory.store.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
 from memory.store.snapshot_files import SnapshotFiles
+from memory.store.write_log_index import index_write_log
 
 CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 PARTITIONS_FOLDER = "chroma-partitions"  # beside ``chroma``: the partitions' engine (new folders)
@@ -284,6 +285,7 @@ def open_connection(
             partitions = (Path(data_dir) / PARTITIONS_FOLDER).resolve()
             apart = partitions.exists() or not (path / DATABASE).exists()  # a folder written before: one engine
             path.mkdir(parents=True, exist_ok=True)
+            index_write_log(path)  # before the engine starts (memory.store.write_log_index)
             connection = ChromaConnection(
                 lambda: _embedded_client(path),
                 stop=lambda: _stop_embedded(str(path)),
@@ -306,6 +308,7 @@ def _embedded_client(path: Path) -> ClientAPI:
 
 def _partitions_engine(path: Path) -> Engine:
     path.mkdir(parents=True, exist_ok=True)
+    index_write_log(path)
     return Engine(lambda: _embedded_client(path), lambda: _stop_embedded(str(path)), path)
 
 
@@ -361,6 +364,7 @@ def _stop_embedded(path: str) -> None:
         system.stop()
         # what the engine wrote from uninitialised buffers; indexes it did not save are skipped
         zero_all_index_slack(Path(path), _ZEROED.setdefault(path, {}))
+        index_write_log(Path(path))  # a new folder's database exists now
 
 
 def close_embedded(data_dir: Path) -> bool:

@@ -14,6 +14,7 @@ creating the collection with its 20 vectors, upserting into the index, the resta
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ import _common as c
 import chromadb
 import numpy as np
 from chromadb.config import Settings as ChromaSettings
+
+from memory.store.write_log_index import index_write_log
 
 DIMENSION = 384
 
@@ -47,7 +50,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--recycle-after", type=int, default=32)
     parser.add_argument("--index-together", action="store_true", help="the index in the partitions' engine")
+    parser.add_argument(
+        "--write-log-index", action="store_true", help="index Chroma's write log (memory.store.write_log_index)"
+    )
     parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--start", type=int, default=0, help="the first collection's number (continue a --data-dir)")
+    parser.add_argument("--every", type=int, default=500, help="print the means of every this many collections")
     args = parser.parse_args()
     rng = np.random.default_rng(7)
     with tempfile.TemporaryDirectory(prefix="epimem-floor-") as scratch:
@@ -56,6 +64,9 @@ def main() -> None:
         index_path = parts_path if args.index_together else (root / "index").resolve()
         parts_path.mkdir(parents=True, exist_ok=True)
         index_path.mkdir(parents=True, exist_ok=True)
+        if args.write_log_index:
+            index_write_log(parts_path)
+            index_write_log(index_path)
         parts = open_client(parts_path)
         index_client = parts if args.index_together else open_client(index_path)
         index = index_client.get_or_create_collection("index", embedding_function=None)
@@ -64,7 +75,7 @@ def main() -> None:
         restart_cpu: list[float] = []
         touched = 0
         with c.PeakRss() as peak:
-            for first in range(0, args.sessions, args.batch):
+            for first in range(args.start, args.sessions, args.batch):
                 numbers = range(first, min(first + args.batch, args.sessions))
                 batch_vectors = []
                 started = time.process_time()
@@ -90,6 +101,8 @@ def main() -> None:
                 touched += len(numbers) + (1 if args.index_together else 0)
                 if args.recycle_after and touched > args.recycle_after:
                     stop_client(parts_path)
+                    if args.write_log_index:
+                        index_write_log(parts_path)
                     parts = open_client(parts_path)
                     touched = 0
                 restarted = time.process_time()
@@ -97,15 +110,30 @@ def main() -> None:
                 create_cpu += [(created - started) / share] * share
                 index_cpu += [(indexed - created) / share] * share
                 restart_cpu += [(restarted - indexed) / share] * share
-        step = max(1, -(-args.sessions // 10))
+                done = len(create_cpu)
+                if done // args.every != (done - share) // args.every:  # the last block, as it goes
+                    block = slice(-args.every, None)
+                    means = [1000 * float(np.mean(v[block])) for v in (create_cpu, index_cpu, restart_cpu)]
+                    c.line(
+                        f"CPU ms per partition, {args.every} up to {numbers[-1] + 1}",
+                        create=means[0],
+                        index=means[1],
+                        restart=means[2],
+                        all=sum(means),
+                        rss_mb=c.rss_mb(),
+                    )
+                    sys.stdout.flush()
+        built = len(create_cpu)
+        step = max(1, -(-built // 10))
 
         def tenths(values: list[float]) -> dict[str, float]:
-            ends = range(step, args.sessions + step, step)
-            return {f"{end}": round(1000 * float(np.mean(values[end - step : end])), 1) for end in ends}
+            ends = range(step, built + step, step)
+            return {f"{args.start + end}": round(1000 * float(np.mean(values[end - step : end])), 1) for end in ends}
 
         c.heading(
             f"raw chromadb: {args.sessions} collections x {args.episodes}, {args.batch} per batch, restart after "
-            f"{args.recycle_after}, index {'in the same engine' if args.index_together else 'in its own engine'}"
+            f"{args.recycle_after}, index {'in the same engine' if args.index_together else 'in its own engine'}, "
+            f"write log {'indexed' if args.write_log_index else 'as Chroma leaves it'}"
         )
         for name, values in (("create", create_cpu), ("index", index_cpu), ("restart", restart_cpu)):
             blocks = {
