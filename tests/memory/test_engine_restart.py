@@ -90,11 +90,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     import json, sys
     from pathlib import Path
     import numpy as np, psutil
-    from memory.store.codec import index_name, partition_name
-from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
-from memory.store.factory import open_store
-from memory.store.folder_lock import release_folder
-from memory.store.records import RecordFilter, VectorRecord
+    from memory.store.connection import open_connection
     from memory.store.factory import open_store
     from memory.store.records import RecordFilter, VectorRecord
 
