@@ -15,12 +15,10 @@ the engine again on the same folder; indexes reload from disk on their next use.
 ``ChromaConnection.call`` (shared), a restart runs alone (exclusive). With a Chroma server the
 memory lives in the server's process and nothing is restarted.
 
-A new data folder keeps the partitions (``epm-p-*``, one per session) in an engine of their own, on
-``data_dir/chroma-partitions``, beside the engine of ``data_dir/chroma`` (the registry, the groups'
-logs and indexes). Each engine counts and restarts on its own: creating or touching partitions
-restarts only theirs, so a restart no longer reloads a big group's index (measured: ~6 ms of CPU
-per 1,000 vectors at its next use, 1.2 s per restart at 200,000). A folder written before keeps its
-single engine (no ``chroma-partitions`` beside a ``chroma`` that holds a database).
+A new data folder keeps the partitions (``epm-p-*``) in an engine of their own on ``chroma-partitions``,
+beside ``chroma`` (registry, groups' logs and indexes); each engine counts and restarts alone, so
+touching partitions no longer reloads a big group's index (~6 ms of CPU per 1,000 vectors). A folder
+written before (a ``chroma`` database, no ``chroma-partitions``) keeps its one engine.
 """
 
 from __future__ import annotations
@@ -56,18 +54,23 @@ class Engine:
     """One Chroma client: a server's, or an embedded engine on one folder (``stop``: restartable)."""
 
     def __init__(
-        self, start: Callable[[], ClientAPI], stop: Callable[[], None] | None = None, path: Path | None = None
+        self,
+        start: Callable[[], ClientAPI],
+        stop: Callable[[], None] | None = None,
+        path: Path | None = None,
+        *,
+        stop_opened: Callable[[set[str]], None] | None = None,
     ) -> None:
-        self.start = start
-        self.stop = stop
+        self.start, self.stop = start, stop  # stop: a full stop (erasure, close), every saved index looked at
+        self.stop_opened = stop_opened  # a stop told which collections the engine opened since it started
         self.path = path if stop is not None else None
         self.touched: set[str] = set()  # collections used since this engine (re)started
         self.client = start()
 
     def restart(self) -> None:
         assert self.stop is not None
-        self.touched.clear()
-        self.stop()
+        opened, self.touched = self.touched, set()
+        self.stop_opened(opened) if self.stop_opened is not None else self.stop()
         self.client = self.start()
 
 
@@ -83,6 +86,7 @@ class ChromaConnection:
         max_open: int = 256,
         path: Path | None = None,
         partitions: Engine | None = None,
+        stop_opened: Callable[[set[str]], None] | None = None,
     ) -> None:
         self.path = path if stop is not None else None  # the embedded folder; None with a server
         self._stop = stop
@@ -100,7 +104,7 @@ class ChromaConnection:
         self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
         self._stamped: set[str] = set()
         self.restarts = 0
-        self._main = Engine(start, stop, path)
+        self._main = Engine(start, stop, path, stop_opened=stop_opened)
         self._partitions = partitions  # None: the partitions live in the main engine (a server, an older folder)
 
     @property
@@ -119,8 +123,11 @@ class ChromaConnection:
         return self._main
 
     def client_for(self, name: str) -> ClientAPI:
-        """The client of the engine that holds the collection ``name``."""
-        return self._engine(name).client
+        """The client of the engine that holds the collection ``name`` (counted as used by it)."""
+        engine = self._engine(name)
+        with self._lock:
+            engine.touched.add(name)
+        return engine.client
 
     @property
     def shared(self) -> bool:
@@ -236,7 +243,7 @@ class ChromaConnection:
                 self._handles.move_to_end(name)
                 self._engine(name).touched.add(name)
                 return cached
-        collection = opener(self.client_for(name))
+        collection = opener(self._engine(name).client)
         if collection is None:
             return None
         with self._lock:
@@ -289,6 +296,7 @@ def open_connection(
             connection = ChromaConnection(
                 lambda: _embedded_client(path),
                 stop=lambda: _stop_embedded(str(path)),
+                stop_opened=lambda opened: _stop_embedded(str(path), opened),
                 recycle_after=recycle_after,
                 max_open=max_open,
                 path=path,
@@ -309,7 +317,12 @@ def _embedded_client(path: Path) -> ClientAPI:
 def _partitions_engine(path: Path) -> Engine:
     path.mkdir(parents=True, exist_ok=True)
     index_write_log(path)
-    return Engine(lambda: _embedded_client(path), lambda: _stop_embedded(str(path)), path)
+    return Engine(
+        lambda: _embedded_client(path),
+        lambda: _stop_embedded(str(path)),
+        path,
+        stop_opened=lambda opened: _stop_embedded(str(path), opened),
+    )
 
 
 def _server_client(host: str, port: int, ssl: bool, timeout_s: float) -> ClientAPI:
@@ -354,8 +367,9 @@ def _return_freed_memory() -> None:
     libc.malloc_trim(0)
 
 
-def _stop_embedded(path: str) -> None:
-    """Stop the embedded engine of a folder; chromadb starts a new one for the next client."""
+def _stop_embedded(path: str, opened: set[str] | None = None) -> None:
+    """Stop the embedded engine of a folder; chromadb starts a new one for the next client.
+    ``opened``: the collections it opened since it started (only their indexes can have been saved)."""
     from chromadb.api.shared_system_client import SharedSystemClient
 
     system = SharedSystemClient._identifier_to_system.pop(path, None)
@@ -363,7 +377,8 @@ def _stop_embedded(path: str) -> None:
     if system is not None:
         system.stop()
         # what the engine wrote from uninitialised buffers; indexes it did not save are skipped
-        zero_all_index_slack(Path(path), _ZEROED.setdefault(path, {}))
+        first = path not in _ZEROED  # the process's first stop looks at every index
+        zero_all_index_slack(Path(path), _ZEROED.setdefault(path, {}), names=None if first else opened)
         index_write_log(Path(path))  # a new folder's database exists now
 
 

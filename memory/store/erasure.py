@@ -36,6 +36,7 @@ import sqlite3
 import struct
 import time
 from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,16 +196,23 @@ def scrub_stopped(folder: Path) -> tuple[int, list[str]]:
 Stamp = tuple[int, ...]  # what a saved index's files looked like when their slack was zeroed
 
 
-def zero_all_index_slack(folder: Path, seen: dict[str, Stamp] | None = None) -> int:
+def zero_all_index_slack(
+    folder: Path, seen: dict[str, Stamp] | None = None, *, names: Iterable[str] | None = None
+) -> int:
     """Zero the unused capacity of every saved vector index of a folder whose engine has stopped (an
     index saved by a running process may carry stale memory, even deleted text, into it).
 
     ``seen`` (updated in place): the indexes zeroed before, with the stamp of their files then; an
     index whose files are unchanged since is skipped. Without it every engine restart rewrote the
     slack of every index of the folder (~165 KB per 20-vector partition: 1.6 GB per restart at
-    10,000 partitions). Returns how many indexes were zeroed."""
+    10,000 partitions). ``names``: only the indexes of these collections (those the engine opened
+    since it started: it saves no other), not a look at every index folder (three ``stat`` calls
+    each: 11% of the time of creating partitions at 5,000 of them). Returns how many were zeroed."""
     done = 0
-    for child in Path(folder).iterdir() if Path(folder).is_dir() else ():
+    found = Path(folder).iterdir() if Path(folder).is_dir() else iter(())
+    if names is not None:
+        found = (Path(folder) / segment for segment in _vector_segments(Path(folder), names))
+    for child in found:
         if not (child.is_dir() and _UUID.match(child.name)):
             continue
         if seen is not None and child.name in seen and seen[child.name] == _stamp(child):
@@ -215,6 +223,26 @@ def zero_all_index_slack(folder: Path, seen: dict[str, Stamp] | None = None) -> 
             if stamp is not None:
                 seen[child.name] = stamp
     return done
+
+
+def _vector_segments(folder: Path, names: Iterable[str]) -> list[str]:
+    """The vector index folders (segment ids) of the named collections."""
+    wanted = sorted(set(names))
+    if not wanted or not (folder / DATABASE).exists():
+        return []
+    found: list[str] = []
+    with closing(_open(folder, read_only=True)) as db:
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            found += [
+                segment
+                for (segment,) in db.execute(
+                    "SELECT s.id FROM segments s JOIN collections c ON c.id = s.collection "
+                    f"WHERE s.scope = 'VECTOR' AND c.name IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            ]
+    return found
 
 
 def _stamp(segment: Path) -> Stamp | None:

@@ -61,23 +61,29 @@ def test_a_restart_zeroes_the_indexes_saved_since_and_rewrites_no_other(tmp_path
         assert all(slack(folder) and not any(slack(folder)) for folder in folders.values())
         before = {session: stamps(folder) for session, folder in folders.items()}
 
-        # What a running engine's save from uninitialised buffers leaves: bytes in the slack of s3.
-        planted = folders[3] / "data_level0.bin"
-        with planted.open("r+b") as file:
-            file.seek(planted.stat().st_size - 64)
-            file.write(b"deleted text left in a buffer".ljust(64, b"!"))
-        assert any(slack(folders[3]))
+        # What a running engine's save from uninitialised buffers leaves: bytes in the slack of s0 (which
+        # the engine opens below) and of s3 (which it does not).
+        for session in (0, 3):
+            planted = folders[session] / "data_level0.bin"
+            with planted.open("r+b") as file:
+                file.seek(planted.stat().st_size - 64)
+                file.write(b"deleted text left in a buffer".ljust(64, b"!"))
+            assert any(slack(folders[session]))
+        planted_s3 = stamps(folders[3])
 
         restarts = connection.restarts
-        store.vectors.records(GROUP, ids=["s0-r0"], selection=RecordFilter(session_ids=("s0",)))  # reads s0
+        store.vectors.records(GROUP, ids=["s0-r0"], selection=RecordFilter(session_ids=("s0",)))  # opens s0
         store.vectors.upsert(GROUP, "s2", records(2)[:1])  # s2 saved: two partitions touched, a restart follows
         assert connection.restarts >= restarts + 1
 
-        assert not any(slack(folders[3]))  # zeroed again
-        assert stamps(folders[1]) == before[1]  # neither saved nor planted: not rewritten
+        # A restart looks only at the indexes of the collections the engine opened (it saves no other).
+        assert not any(slack(folders[0]))  # zeroed again
+        assert stamps(folders[1]) == before[1]  # neither opened nor planted: not rewritten
+        assert stamps(folders[3]) == planted_s3  # not opened: not even looked at
         assert {record.id for record in store.vectors.records(GROUP)} == {
             f"s{session}-r{i}" for session in range(4) for i in range(5)
         }
     finally:
         close_embedded(tmp_path)
         release_folder(tmp_path)
+    assert not any(slack(folders[3]))  # a full stop (closing the folder) looks at every index
