@@ -156,10 +156,11 @@ class RawFloor:
 
     def query(self, collection_name: str, text: str, *, keep: bool = False) -> None:
         vector = self._embedder.embed_batch([text])[0]
-        with self._connection.call() as client:
+        with self._connection.call():
             if self._engine != self._connection.restarts:
                 self._handles.clear()
                 self._engine = self._connection.restarts
+            client = self._connection.client_for(collection_name)  # embedded: partitions have their own engine
             collection = self._handles.get(collection_name) or client.get_collection(collection_name)
             if keep:
                 self._handles[collection_name] = collection
