@@ -37,6 +37,7 @@ from memory.models import BoundaryReason, Episode, GenerationMethod
 from memory.store.codec import index_name, partition_name
 from memory.store.factory import Store
 from memory.store.records import VectorRecord
+from memory.store.write_log_index import index_write_log
 
 sys.path.insert(0, str(c.ROOT / "tests"))
 from helpers.servers import ChromaServer  # noqa: E402
@@ -235,6 +236,11 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="the --data-dir holds the partitions already: search only")
     parser.add_argument("--no-touch", action="store_true", help="skip the fresh server touching every partition")
     parser.add_argument("--server", action="store_true", help="against a real `chroma run` on the data folder")
+    parser.add_argument(
+        "--write-log-index",
+        action="store_true",
+        help="with --server: index the server's write log first (memory.store.write_log_index)",
+    )
     parser.add_argument("--serve-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     defaults = Settings()
@@ -254,6 +260,10 @@ def main() -> None:
         if server is not None:
             server.path.mkdir(parents=True, exist_ok=True)
             server.start()
+            if args.write_log_index:  # the server created its database: stop it, index, start again
+                server.stop()
+                index_write_log(server.path)
+                server.start()
         try:
             run(
                 args,
