@@ -101,6 +101,11 @@ class Searcher:
         embed = getattr(self._embedder, "embed_query", None)
         return embed(query) if embed is not None else self._embedder.embed_batch([query])[0]
 
+    def embed_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """Several query vectors, those the embedder's cache lacks in one forward pass (and cached)."""
+        embed = getattr(self._embedder, "embed_queries", None)
+        return embed(queries) if embed is not None else [self.embed_query(query) for query in queries]
+
     @traced("epimem.search.candidates", read_attributes, lambda found: {"candidates": len(found)})
     def candidates(self, group_id: str, scope: Scope, analysis: QueryAnalysis, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
@@ -109,7 +114,10 @@ class Searcher:
             depth *= FILTER_DEPTH
         query = analysis.text
         selection = scope_filter(scope, analysis.window)
-        hits = self._vectors.nearest(group_id, self.embed_query(query), k=depth, selection=selection)
+        # The message evidence scored next (search, context) embeds the text without the speakers'
+        # names: both in one forward pass, the second left in the query cache (a second pass without it).
+        texts = [query] if analysis.match_text == query else [query, analysis.match_text]
+        hits = self._vectors.nearest(group_id, self.embed_queries(texts)[0], k=depth, selection=selection)
         vector_rank: dict[str, int] = {}
         records: dict[str, VectorRecord] = {}
         similarity: dict[str, float] = {}
