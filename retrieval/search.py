@@ -34,10 +34,11 @@ from retrieval.duplicates import drop_near_duplicates
 from retrieval.filters import FilterMatch, RecallFilter, passing_candidates
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
-from retrieval.names import configured_names, learned_names, merge_names
+from retrieval.names import configured_names, merge_names
 from retrieval.pending import is_pending, open_episodes
 from retrieval.scope import scope_filter
 from retrieval.scoring import ScoringPolicy, recency_factor, score_messages, unit
+from retrieval.speaker_names import LEARNED_NAMES, LearnedNames
 from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
 # Search adds message evidence to the episodes it ranks: the messages of every candidate episode are
@@ -89,7 +90,8 @@ class Searcher:
         metadata, or learned from how the others address it (retrieval.names). Both are kept with
         the group's snapshot and read again when the group changes."""
         snapshot = self.snapshot(group_id)
-        return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot))
+        learned = snapshot.derived(LEARNED_NAMES, lambda: LearnedNames(snapshot))  # patched with the snapshot
+        return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot, learned.names))
 
     def speakers(self, group_id: str) -> frozenset[str]:
         """The group's speakers (casefolded: a message's producer id, else its role), kept with its snapshot;
@@ -386,16 +388,9 @@ def _speakers(snapshot: GroupSnapshot) -> frozenset[str]:
     )
 
 
-def _speaker_names(snapshot: GroupSnapshot) -> dict[str, set[str]]:
-    """Names learned from the group's messages in time order, merged with those its configuration
-    and sessions set."""
-    order = np.argsort(snapshot.timestamps, kind="stable")
-    message = KIND_CODE[RecordKind.MESSAGE.value]
-    learned = learned_names(
-        (snapshot.producers[p], snapshot.produced_for[p], snapshot.documents[p])
-        for p in (int(position) for position in order)
-        if snapshot.kinds[p] == message
-    )
+def _speaker_names(snapshot: GroupSnapshot, learned: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Names learned from the group's messages (retrieval.speaker_names) merged with those its
+    configuration and sessions set."""
     config = snapshot.config
     metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
     return merge_names(learned, configured_names(metadata))
