@@ -40,11 +40,13 @@ class LearnedNames:
         new_messages = np.flatnonzero((old_of_new < 0) & (snapshot.kinds == MESSAGE))
         kept = np.flatnonzero((old_of_new >= 0) & (snapshot.kinds == MESSAGE))
         before = old_of_new[kept]
+        rewritten = [int(p) for p in patch.rewritten if old_of_new[p] >= 0 and snapshot.kinds[p] == MESSAGE]
         unchanged = (
             len(kept) == int(np.count_nonzero(previous.kinds == MESSAGE))  # no message removed or made another kind
             and bool(np.all(np.diff(before) > 0))  # in the same order (ties in time keep it)
             and np.array_equal(snapshot.timestamps[kept], previous.timestamps[before])
-            and all(_triple(snapshot, int(n)) == _triple(previous, int(o)) for n, o in zip(kept, before, strict=True))
+            # What the names read of a message changes only where the patch rewrote a record.
+            and all(_triple(snapshot, int(p)) == _triple(previous, int(old_of_new[p])) for p in rewritten)
         )
         if not unchanged or not len(new_messages):
             return self if unchanged else LearnedNames(snapshot)
