@@ -19,6 +19,7 @@ Measure (the default): a service started on the folder, then
 
     python tests/benchmarks/big_group.py --build --bulk 20 --data-dir /tmp/big --sessions 600 --messages 100
     python tests/benchmarks/big_group.py --data-dir /tmp/big --questions 40
+    python tests/benchmarks/big_group.py --data-dir /tmp/p200k --group bench-group   # partitions.py's group
     python tests/benchmarks/big_group.py --quick      # 4 sessions x 50 messages in a temporary folder
 """
 
