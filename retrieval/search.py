@@ -338,9 +338,7 @@ class Searcher:
             message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])
         ]
         stored = {e.uuid: known.vectors[e.uuid] for e in episodes if e.uuid in known.vectors}
-        for record in self._vectors.records(group_id, ids=ids, embeddings=True):
-            if record.embedding is not None:
-                stored[record.id] = record.embedding
+        stored |= self._vectors.embeddings(group_id, ids)
         vectors = {record_id: unit(vector) for record_id, vector in stored.items()}
         matrix = np.stack(list(vectors.values())) if vectors else np.zeros((0, 0), dtype=np.float32)
         vector_rows = {record_id: row for row, record_id in enumerate(vectors)}
