@@ -103,8 +103,8 @@ VARIANTS: dict[str, PackingPolicy] = {
     "cap margin from 1000": replace(BASE, cap_budget=1000),
     "cap margin from 1000 + plain share 0.1": replace(BASE, cap_budget=1000, plain_share=0.1),
     "cap margin from 500 + plain share 0.1": replace(BASE, cap_budget=500, plain_share=0.1),
-    "plain share 0.1, no cap": replace(BASE, plain_share=0.1, speaker_cap=False),
-    "plain share 0.2, no cap": replace(BASE, plain_share=0.2, speaker_cap=False),
+    "plain share 0.1 without the cap": replace(BASE, plain_share=0.1, speaker_cap=False),
+    "plain share 0.2 without the cap": replace(BASE, plain_share=0.2, speaker_cap=False),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
