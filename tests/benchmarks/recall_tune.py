@@ -318,6 +318,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from api.facade import Epimem
 
     names = [n for n in args.variants.split(",") if n] or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown} (names are comma-separated, as in VARIANTS)")
     datasets = {name: load_dataset(name, quick=args.quick) for name in args.datasets.split(",") if name}
     folders = {
         name: args.realtalk_data_dir if name == "realtalk" and args.realtalk_data_dir else args.data_dir
