@@ -56,8 +56,8 @@ class PackingPolicy(ScoringPolicy):
     # The cap's margin at a budget of B tokens: speaker_cap_margin * min(1, cap_budget / B) (None: the same at
     # every budget): the more room, the less the prior holds back other speakers' best matches.
     cap_budget: int | None = None
-    # This share of the budget is filled first with the best matches before the speaker prior (whoever said
-    # them), the rest by the full score: a question naming the wrong person still gets the real statement.
+    # The best matches before the speaker prior (whoever said them) come first, until they hold this share of
+    # the budget; the rest by the full score: a question naming the wrong person still gets the real statement.
     plain_share: float = 0.0
     titles: bool = False  # a header per piece, with the episode's title
 
@@ -181,10 +181,13 @@ class ContextBuilder:
         ranked, plain = self._rank(group_id, candidates, query, analysis, policy)
         days = policy.day_headers and not policy.titles
         packer = _Packer(self, days=days)
-        if plain:  # the reserved share first: the best matches before the speaker prior
-            reserved = int(policy.plain_share * query.token_budget)
-            for piece, index in plain:
-                packer.add(piece, index, reserved)
+        # The reserved share first: the best matches before the speaker prior, in their order, until they hold
+        # that share of the budget (the last one may pass it).
+        reserved = policy.plain_share * query.token_budget
+        for piece, index in plain:
+            if packer.tokens >= reserved:
+                break
+            packer.add(piece, index, query.token_budget)
         for piece, index in ranked:
             packer.add(piece, index, query.token_budget)
         ordered = sorted(packer.chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
@@ -192,7 +195,7 @@ class ContextBuilder:
             return ContextResult(text="", citations=[], tokens=0)
         text = "\n".join([HEADER, *self._lines(ordered, days=days)])
         # The running sums are the text's counts (lines add up; tests compare them with count(text)).
-        tokens = self._tokens(packer.chars, packer.wordpieces)
+        tokens = packer.tokens
         if tokens > query.token_budget or packer.chars != len(text):  # cannot happen
             raise AssertionError(
                 f"context of {tokens} tokens ({len(text)} chars) against the budget {query.token_budget}"
@@ -260,6 +263,10 @@ class _Packer:
         self._piece_cost: dict[str, tuple[int, int]] = {}
         self._day_of: dict[str, str] = {}  # piece -> its date line (day headers)
         self._per_day: Counter[str] = Counter()  # date line -> pieces under it
+
+    @property
+    def tokens(self) -> int:
+        return self._builder._tokens(self.chars, self.wordpieces)
 
     def add(self, piece: _Piece, index: int, limit: int) -> None:
         """Add message ``index`` of ``piece`` if the text stays within ``limit`` tokens."""

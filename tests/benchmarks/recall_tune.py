@@ -94,6 +94,7 @@ VARIANTS: dict[str, PackingPolicy] = {
     "prior cap + wrong-person gate 0.2": replace(BASE, speaker_cap=True, speaker_gate=0.2),
     "wrong-person gate 0.3": replace(BASE, speaker_gate=0.3),
     # issue 29, third pass: room for what the prior holds back, growing with the budget
+    "plain share 0.02": replace(BASE, plain_share=0.02),
     "plain share 0.05": replace(BASE, plain_share=0.05),
     "plain share 0.1": replace(BASE, plain_share=0.1),
     "plain share 0.15": replace(BASE, plain_share=0.15),
@@ -103,6 +104,9 @@ VARIANTS: dict[str, PackingPolicy] = {
     "cap margin from 1000": replace(BASE, cap_budget=1000),
     "cap margin from 1000 + plain share 0.1": replace(BASE, cap_budget=1000, plain_share=0.1),
     "cap margin from 500 + plain share 0.1": replace(BASE, cap_budget=500, plain_share=0.1),
+    "cap margin from 1000 + plain share 0.02": replace(BASE, cap_budget=1000, plain_share=0.02),
+    "cap margin from 1000 + plain share 0.05": replace(BASE, cap_budget=1000, plain_share=0.05),
+    "cap margin from 500 + plain share 0.05": replace(BASE, cap_budget=500, plain_share=0.05),
     "plain share 0.1 without the cap": replace(BASE, plain_share=0.1, speaker_cap=False),
     "plain share 0.2 without the cap": replace(BASE, plain_share=0.2, speaker_cap=False),
 }
