@@ -53,9 +53,10 @@ class PackingPolicy(ScoringPolicy):
     # than 0.15 (chosen held out, issue 29: LoCoMo's wrong-person questions; search keeps ScoringPolicy's).
     speaker_cap: bool = True
     speaker_cap_margin: float = 0.15
-    # The cap's margin at a budget of B tokens: speaker_cap_margin * min(1, cap_budget / B) (None: the same at
-    # every budget): the more room, the less the prior holds back other speakers' best matches.
+    # The cap's margin at a budget of B tokens: speaker_cap_margin * min(1, cap_budget / B) ** cap_decay (None:
+    # the same at every budget): the more room, the less the prior holds back other speakers' best matches.
     cap_budget: int | None = None
+    cap_decay: float = 1.0
     # The best matches before the speaker prior (whoever said them) come first, until they hold this share of
     # the budget; the rest by the full score: a question naming the wrong person still gets the real statement.
     plain_share: float = 0.0
@@ -65,7 +66,7 @@ class PackingPolicy(ScoringPolicy):
         """The policy a context of ``budget`` tokens is scored with (cap_budget)."""
         if self.cap_budget is None or budget <= self.cap_budget:
             return self
-        return replace(self, speaker_cap_margin=self.speaker_cap_margin * self.cap_budget / budget)
+        return replace(self, speaker_cap_margin=self.speaker_cap_margin * (self.cap_budget / budget) ** self.cap_decay)
 
 
 def named_speakers(query: str, messages: Iterable[Message], names: dict[str, set[str]] | None = None) -> set[str]:

@@ -173,6 +173,7 @@ def test_the_cap_margin_can_shrink_as_the_budget_grows() -> None:
     assert policy.at_budget(400) == policy and policy.at_budget(500) == policy
     assert policy.at_budget(1000).speaker_cap_margin == 0.075
     assert policy.at_budget(2000).speaker_cap_margin == 0.0375
+    assert replace(policy, cap_decay=2.0).at_budget(1000).speaker_cap_margin == 0.0375  # 0.15 * (1/2) ** 2
     assert PackingPolicy().at_budget(2000) == PackingPolicy()  # the default: the same margin at every budget
 
 
