@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+import pytest
 from helpers import builders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -169,12 +170,17 @@ def test_a_reserved_share_of_the_budget_holds_the_best_match_whoever_said_it(ser
 
 
 def test_the_cap_margin_can_shrink_as_the_budget_grows() -> None:
-    policy = PackingPolicy(speaker_cap_margin=0.15, cap_budget=500)
+    policy = PackingPolicy(speaker_cap_margin=0.15, cap_budget=500, cap_decay=1.0)
     assert policy.at_budget(400) == policy and policy.at_budget(500) == policy
     assert policy.at_budget(1000).speaker_cap_margin == 0.075
     assert policy.at_budget(2000).speaker_cap_margin == 0.0375
     assert replace(policy, cap_decay=2.0).at_budget(1000).speaker_cap_margin == 0.0375  # 0.15 * (1/2) ** 2
-    assert PackingPolicy().at_budget(2000) == PackingPolicy()  # the default: the same margin at every budget
+    fixed = replace(policy, cap_budget=None)
+    assert fixed.at_budget(2000) == fixed  # the same margin at every budget
+    default = PackingPolicy()  # 0.15 up to 800 tokens, then 0.15 * (800 / budget) ** 2
+    assert default.at_budget(800) == default
+    assert default.at_budget(1000).speaker_cap_margin == pytest.approx(0.096)
+    assert default.at_budget(2000).speaker_cap_margin == pytest.approx(0.024)
 
 
 def test_a_message_from_the_time_the_query_names_comes_first(service: Epimem, group_id: str) -> None:
