@@ -24,7 +24,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from memory.models import Episode, Message
@@ -50,10 +50,24 @@ class PackingPolicy(ScoringPolicy):
 
     day_headers: bool = True  # one date line per day (else a header per piece, with its time)
     # The context's speaker prior never buries a message that outscores all of the named speakers' by more
-    # than 0.15 (chosen held out, issue 29: LoCoMo's wrong-person questions; search keeps ScoringPolicy's).
+    # than a margin: 0.15 up to 800 tokens, then 0.15 * (800 / B) ** 2 at a budget of B (0.096 at 1,000, 0.024
+    # at 2,000; chosen held out, issue 29: LoCoMo's wrong-person questions; search keeps ScoringPolicy's).
     speaker_cap: bool = True
     speaker_cap_margin: float = 0.15
+    # The cap's margin at a budget of B tokens: speaker_cap_margin * min(1, cap_budget / B) ** cap_decay (None:
+    # the same at every budget): the more room, the less the prior holds back other speakers' best matches.
+    cap_budget: int | None = 800
+    cap_decay: float = 2.0
+    # The best matches before the speaker prior (whoever said them) come first, until they hold this share of
+    # the budget; the rest by the full score: a question naming the wrong person still gets the real statement.
+    plain_share: float = 0.0
     titles: bool = False  # a header per piece, with the episode's title
+
+    def at_budget(self, budget: int) -> PackingPolicy:
+        """The policy a context of ``budget`` tokens is scored with (cap_budget)."""
+        if self.cap_budget is None or budget <= self.cap_budget:
+            return self
+        return replace(self, speaker_cap_margin=self.speaker_cap_margin * (self.cap_budget / budget) ** self.cap_decay)
 
 
 def named_speakers(query: str, messages: Iterable[Message], names: dict[str, set[str]] | None = None) -> set[str]:
@@ -161,48 +175,30 @@ class ContextBuilder:
 
     @traced("epimem.context.pack", read_attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
-        policy = self.policy
+        policy = self.policy.at_budget(query.token_budget)
         # Scoring the whole group's messages needs no candidate ranking (one vector query less).
         whole_group = policy.select == "group" and self._searcher.group_rows(group_id, fresh=True) is not None
         analysis = self._searcher.analyse(group_id, query, policy)
         candidates = [] if whole_group else self._searcher.candidates(group_id, query, analysis, depth=policy.depth)
-        ranked = self._rank(group_id, candidates, query, analysis)
+        ranked, plain = self._rank(group_id, candidates, query, analysis, policy)
         days = policy.day_headers and not policy.titles
-        chars, wordpieces = len(HEADER), self._line_wordpieces(HEADER)
-        costs = _LineCosts(self._cost, titles=policy.titles, headers=not days)
-        chosen: dict[str, _Piece] = {}
-        piece_cost: dict[str, tuple[int, int]] = {}
-        day_of: dict[str, str] = {}  # piece -> its date line (day headers)
-        per_day: Counter[str] = Counter()  # date line -> pieces under it
-        for _score, piece, index in ranked:
-            uuid = piece.episode.uuid
-            current = chosen.get(uuid)
-            trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
-            cost = costs.of(trial)
-            before = piece_cost.get(uuid, (0, 0))
-            trial_chars, trial_wordpieces = chars + cost[0] - before[0], wordpieces + cost[1] - before[1]
-            day = day_header(trial.first.timestamp) if days else ""
-            moves = days and day != day_of.get(uuid)
-            if moves:  # the piece opens (or moves to) a day: a date line or a gap line comes or goes
-                extra = self._day_change(per_day, day_of.get(uuid), day)
-                trial_chars, trial_wordpieces = trial_chars + extra[0], trial_wordpieces + extra[1]
-            if self._tokens(trial_chars, trial_wordpieces) > query.token_budget:
-                continue
-            if moves:
-                if uuid in day_of:
-                    per_day[day_of[uuid]] -= 1
-                per_day[day] += 1
-                day_of[uuid] = day
-            chosen[uuid] = trial
-            piece_cost[uuid] = cost
-            chars, wordpieces = trial_chars, trial_wordpieces
-        ordered = sorted(chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
+        packer = _Packer(self, days=days)
+        # The reserved share first: the best matches before the speaker prior, in their order, until they hold
+        # that share of the budget (the last one may pass it).
+        reserved = policy.plain_share * query.token_budget
+        for piece, index in plain:
+            if packer.tokens >= reserved:
+                break
+            packer.add(piece, index, query.token_budget)
+        for piece, index in ranked:
+            packer.add(piece, index, query.token_budget)
+        ordered = sorted(packer.chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
         text = "\n".join([HEADER, *self._lines(ordered, days=days)])
         # The running sums are the text's counts (lines add up; tests compare them with count(text)).
-        tokens = self._tokens(chars, wordpieces)
-        if tokens > query.token_budget or chars != len(text):  # cannot happen
+        tokens = packer.tokens
+        if tokens > query.token_budget or packer.chars != len(text):  # cannot happen
             raise AssertionError(
                 f"context of {tokens} tokens ({len(text)} chars) against the budget {query.token_budget}"
             )
@@ -229,17 +225,73 @@ class ContextBuilder:
         return gained[0] - lost[0], gained[1] - lost[1]
 
     def _rank(
-        self, group_id: str, candidates: list[Candidate], query: ContextQuery, analysis: QueryAnalysis
-    ) -> list[tuple[float, _Piece, int]]:
-        """Every message of the best episodes with its score, best first (those a filter lets pass)."""
-        ranked: list[tuple[float, _Piece, int]] = []
+        self,
+        group_id: str,
+        candidates: list[Candidate],
+        query: ContextQuery,
+        analysis: QueryAnalysis,
+        policy: PackingPolicy,
+    ) -> tuple[list[tuple[_Piece, int]], list[tuple[_Piece, int]]]:
+        """Every message of the best episodes, best first (those a filter lets pass); and (``plain_share``)
+        the same by their score before the speaker prior."""
+        ranked: list[tuple[float, float, _Piece, int]] = []
         match = self._searcher.filter_match(group_id, query.filter) if query.filter is not None else None
-        for scored in score_messages(self._searcher, group_id, candidates, query, analysis, self.policy):
+        reserve = policy.plain_share > 0 and bool(analysis.named)
+        scored_episodes = score_messages(
+            self._searcher, group_id, candidates, query, analysis, policy, plain_episodes=reserve
+        )
+        for scored in scored_episodes:
             piece = _Piece(scored.episode, scored.messages, set())
             ranked += [
-                (score, piece, i)
+                (score, scored.plain[i], piece, i)
                 for i, score in enumerate(scored.scores)
                 if math.isfinite(score) and (match is None or match.message(scored.messages[i], scored.episode))
             ]
-        ranked.sort(key=lambda item: (-item[0], item[1].episode.uuid, item[2]))
-        return ranked
+        by_score = sorted(ranked, key=lambda item: (-item[0], item[2].episode.uuid, item[3]))
+        by_plain = sorted(ranked, key=lambda item: (-item[1], item[2].episode.uuid, item[3])) if reserve else []
+        return [(piece, i) for _s, _p, piece, i in by_score], [(piece, i) for _s, _p, piece, i in by_plain]
+
+
+class _Packer:
+    """The greedy fill: messages added one at a time while the text stays within a limit, with exact
+    running sums of its characters and wordpieces (date lines and gap lines included)."""
+
+    def __init__(self, builder: ContextBuilder, *, days: bool) -> None:
+        self._builder = builder
+        self._days = days
+        self._costs = _LineCosts(builder._cost, titles=builder.policy.titles, headers=not days)
+        self.chars, self.wordpieces = len(HEADER), builder._line_wordpieces(HEADER)
+        self.chosen: dict[str, _Piece] = {}
+        self._piece_cost: dict[str, tuple[int, int]] = {}
+        self._day_of: dict[str, str] = {}  # piece -> its date line (day headers)
+        self._per_day: Counter[str] = Counter()  # date line -> pieces under it
+
+    @property
+    def tokens(self) -> int:
+        return self._builder._tokens(self.chars, self.wordpieces)
+
+    def add(self, piece: _Piece, index: int, limit: int) -> None:
+        """Add message ``index`` of ``piece`` if the text stays within ``limit`` tokens."""
+        uuid = piece.episode.uuid
+        current = self.chosen.get(uuid)
+        if current is not None and index in current.chosen:
+            return
+        trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
+        cost = self._costs.of(trial)
+        before = self._piece_cost.get(uuid, (0, 0))
+        chars, wordpieces = self.chars + cost[0] - before[0], self.wordpieces + cost[1] - before[1]
+        day = day_header(trial.first.timestamp) if self._days else ""
+        moves = self._days and day != self._day_of.get(uuid)
+        if moves:  # the piece opens (or moves to) a day: a date line or a gap line comes or goes
+            extra = self._builder._day_change(self._per_day, self._day_of.get(uuid), day)
+            chars, wordpieces = chars + extra[0], wordpieces + extra[1]
+        if self._builder._tokens(chars, wordpieces) > limit:
+            return
+        if moves:
+            if uuid in self._day_of:
+                self._per_day[self._day_of[uuid]] -= 1
+            self._per_day[day] += 1
+            self._day_of[uuid] = day
+        self.chosen[uuid] = trial
+        self._piece_cost[uuid] = cost
+        self.chars, self.wordpieces = chars, wordpieces

@@ -80,35 +80,62 @@ def learned_names(messages: Iterable[tuple[str, str, str]]) -> dict[str, set[str
     order. A missing addressee is the other speaker of a two-person conversation, else the last
     other speaker."""
     triples = [(speaker.casefold(), addressee.casefold(), text) for speaker, addressee, text in messages]
-    people = {speaker for speaker, _, _ in triples if speaker}
-    vocatives: dict[str, Counter[str]] = defaultdict(Counter)  # addressee -> name -> uses by others
-    written: dict[str, Counter[str]] = defaultdict(Counter)  # speaker -> capitalised words written
-    introduced: dict[str, set[str]] = defaultdict(set)
-    speakers: set[str] = set()
-    last, answered = "", ""  # the previous message's speaker; the last other speaker before this one
-    for speaker, given, text in triples:
-        answered = last if last and last != speaker else answered
-        others = people - {speaker}
-        addressee = given or (next(iter(others)) if len(others) == 1 else answered)
-        last = speaker
-        speakers |= {speaker, addressee}
-        capitalised, self_named, called = _words(text)
-        written[speaker].update(capitalised)
-        introduced[speaker] |= self_named
-        if addressee and addressee != speaker:
-            vocatives[addressee].update(called)
-    found: dict[str, set[str]] = defaultdict(set)
-    for addressee, counts in vocatives.items():
-        for name, uses in counts.items():
-            if uses >= MIN_VOCATIVES and written[addressee][name] <= OWN_USE_SHARE * uses:
-                found[addressee].add(name)
-    for speaker, names in introduced.items():
-        found[speaker] |= names
-    return {
-        speaker: {name for name in names if name not in speakers and name not in _NOT_NAMES}
-        for speaker, names in found.items()
-        if speaker
-    }
+    learner = NameLearner({speaker for speaker, _, _ in triples if speaker})
+    learner.feed(triples)
+    return learner.names()
+
+
+class NameLearner:
+    """``learned_names`` as a fold: fed the group's messages in time order, and fed again with the
+    messages that came after them (retrieval.speaker_names), the same names as one pass over all.
+    ``people``: every speaker of the group (casefolded), which decides a message's missing addressee."""
+
+    def __init__(self, people: set[str]) -> None:
+        self.people = frozenset(people)
+        self.vocatives: dict[str, Counter[str]] = defaultdict(Counter)  # addressee -> name -> uses by others
+        self.written: dict[str, Counter[str]] = defaultdict(Counter)  # speaker -> capitalised words written
+        self.introduced: dict[str, set[str]] = defaultdict(set)
+        self.speakers: set[str] = set()
+        self.last, self.answered = "", ""  # the previous message's speaker; the last other speaker before it
+
+    def copy(self) -> NameLearner:
+        twin = NameLearner(set(self.people))
+        twin.vocatives.update((k, Counter(v)) for k, v in self.vocatives.items())
+        twin.written.update((k, Counter(v)) for k, v in self.written.items())
+        twin.introduced.update((k, set(v)) for k, v in self.introduced.items())
+        twin.speakers = set(self.speakers)
+        twin.last, twin.answered = self.last, self.answered
+        return twin
+
+    def feed(self, triples: Iterable[tuple[str, str, str]]) -> None:
+        """(speaker, addressee, text) triples, casefolded ids, in time order."""
+        people, last, answered = self.people, self.last, self.answered
+        for speaker, given, text in triples:
+            answered = last if last and last != speaker else answered
+            others = people - {speaker}
+            addressee = given or (next(iter(others)) if len(others) == 1 else answered)
+            last = speaker
+            self.speakers |= {speaker, addressee}
+            capitalised, self_named, called = _words(text)
+            self.written[speaker].update(capitalised)
+            self.introduced[speaker] |= self_named
+            if addressee and addressee != speaker:
+                self.vocatives[addressee].update(called)
+        self.last, self.answered = last, answered
+
+    def names(self) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = defaultdict(set)
+        for addressee, counts in self.vocatives.items():
+            for name, uses in counts.items():
+                if uses >= MIN_VOCATIVES and self.written.get(addressee, Counter())[name] <= OWN_USE_SHARE * uses:
+                    found[addressee].add(name)
+        for speaker, names in self.introduced.items():
+            found[speaker] |= names
+        return {
+            speaker: {name for name in names if name not in self.speakers and name not in _NOT_NAMES}
+            for speaker, names in found.items()
+            if speaker
+        }
 
 
 def merge_names(*sources: Mapping[str, set[str]]) -> dict[str, set[str]]:

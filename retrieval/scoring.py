@@ -91,6 +91,7 @@ class ScoredEpisode:
     episode: Episode
     messages: list[Message]  # the episode's source messages, in event-time order
     scores: list[float]  # one per message; -inf outside the query's sessions or time window
+    plain: list[float]  # the same scores without what the speaker prior added
 
 
 def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_days: float) -> float:
@@ -120,9 +121,12 @@ def score_messages(
     analysis: QueryAnalysis,
     policy: ScoringPolicy,
     loaded: Loaded | None = None,
+    *,
+    plain_episodes: bool = False,
 ) -> list[ScoredEpisode]:
     """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores
-    (``loaded``: episodes and vectors the caller already read)."""
+    (``loaded``: episodes and vectors the caller already read); with ``plain_episodes``, also (after them)
+    the ``policy.max_episodes`` episodes that hold the best scores without the speaker prior."""
     rows = source.group_rows(group_id) if policy.select == "group" else None
     whole_group = rows is not None
     if rows is None:
@@ -132,18 +136,27 @@ def score_messages(
     if not len(rows):
         return []
     _index, keyword = source.keyword_scores(group_id, analysis.match_text)
-    scores = row_scores(rows, unit(source.embed_query(analysis.match_text)), keyword, query, analysis, policy)
-    best = np.full(len(rows.episodes), -np.inf)
-    np.maximum.at(best, rows.owner, scores)
-    chosen = [int(e) for e in np.argsort(-best, kind="stable") if np.isfinite(best[e])]
-    if whole_group:
-        chosen = chosen[: policy.max_episodes]
+    vector = unit(source.embed_query(analysis.match_text))
+    scores, prior = scored_rows(rows, vector, keyword, query, analysis, policy)
+    plain = scores - prior
+    chosen = _leading(rows, scores, policy.max_episodes if whole_group else None)
+    if plain_episodes:
+        chosen += [e for e in _leading(rows, plain, policy.max_episodes if whole_group else None) if e not in chosen]
     starts = np.searchsorted(rows.owner, np.arange(len(rows.episodes) + 1))
     scored = []
     for number in chosen:
         span = range(starts[number], starts[number + 1])
-        scored.append(ScoredEpisode(rows.episodes[number], [rows.messages[i] for i in span], scores[span].tolist()))
+        messages = [rows.messages[i] for i in span]
+        scored.append(ScoredEpisode(rows.episodes[number], messages, scores[span].tolist(), plain[span].tolist()))
     return scored
+
+
+def _leading(rows: MessageRows, scores: np.ndarray, limit: int | None) -> list[int]:
+    """Episode numbers by their best message score, best first (those with a finite one; at most ``limit``)."""
+    best = np.full(len(rows.episodes), -np.inf)
+    np.maximum.at(best, rows.owner, scores)
+    chosen = [int(e) for e in np.argsort(-best, kind="stable") if np.isfinite(best[e])]
+    return chosen[:limit] if limit is not None else chosen
 
 
 def row_scores(
@@ -155,6 +168,18 @@ def row_scores(
     policy: ScoringPolicy,
 ) -> np.ndarray:
     """One score per row (-inf outside the query's sessions and time window)."""
+    return scored_rows(rows, query_vector, keyword, query, analysis, policy)[0]
+
+
+def scored_rows(
+    rows: MessageRows,
+    query_vector: np.ndarray,
+    keyword: np.ndarray,
+    query: Query,
+    analysis: QueryAnalysis,
+    policy: ScoringPolicy,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(one score per row as row_scores, the part of it the speaker prior added)."""
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
     cosine = _cosines(rows, query_vector)
 
@@ -183,8 +208,10 @@ def row_scores(
         neighbour = np.where(side >= 0, np.maximum(neighbour, own[np.maximum(side, 0)]), neighbour)
     neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
     scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
+    prior = np.zeros(len(rows))
     if analysis.named:
-        scores += policy.speaker_bonus * _speaker_prior(rows, scores, query, analysis, policy)
+        prior = policy.speaker_bonus * _speaker_prior(rows, scores, query, analysis, policy)
+        scores = scores + prior
     if analysis.mentions:
         scores += policy.time_bonus * _covered(rows, analysis.mentions)
     if policy.when_bonus and analysis.asks_when:
@@ -192,8 +219,9 @@ def row_scores(
     scores -= policy.question_penalty * rows.asks
     if query.recency_weight > 0:
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
-        scores *= _decay(age_days, query.recency_weight, query.recency_half_life_days)
-    return np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
+        decay = _decay(age_days, query.recency_weight, query.recency_half_life_days)
+        scores, prior = scores * decay, prior * decay
+    return np.where(_in_scope(rows, query, analysis.window), scores, -np.inf), prior
 
 
 def _speaker_prior(

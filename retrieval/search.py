@@ -34,10 +34,11 @@ from retrieval.duplicates import drop_near_duplicates
 from retrieval.filters import FilterMatch, RecallFilter, passing_candidates
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
-from retrieval.names import configured_names, learned_names, merge_names
+from retrieval.names import configured_names, merge_names
 from retrieval.pending import is_pending, open_episodes
 from retrieval.scope import scope_filter
 from retrieval.scoring import ScoringPolicy, recency_factor, score_messages, unit
+from retrieval.speaker_names import LEARNED_NAMES, LearnedNames
 from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
 # Search adds message evidence to the episodes it ranks: the messages of every candidate episode are
@@ -89,7 +90,8 @@ class Searcher:
         metadata, or learned from how the others address it (retrieval.names). Both are kept with
         the group's snapshot and read again when the group changes."""
         snapshot = self.snapshot(group_id)
-        return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot))
+        learned = snapshot.derived(LEARNED_NAMES, lambda: LearnedNames(snapshot))  # patched with the snapshot
+        return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot, learned.names))
 
     def speakers(self, group_id: str) -> frozenset[str]:
         """The group's speakers (casefolded: a message's producer id, else its role), kept with its snapshot;
@@ -101,6 +103,11 @@ class Searcher:
         embed = getattr(self._embedder, "embed_query", None)
         return embed(query) if embed is not None else self._embedder.embed_batch([query])[0]
 
+    def embed_queries(self, queries: list[str]) -> list[np.ndarray]:
+        """Several query vectors, those the embedder's cache lacks in one forward pass (and cached)."""
+        embed = getattr(self._embedder, "embed_queries", None)
+        return embed(queries) if embed is not None else [self.embed_query(query) for query in queries]
+
     @traced("epimem.search.candidates", read_attributes, lambda found: {"candidates": len(found)})
     def candidates(self, group_id: str, scope: Scope, analysis: QueryAnalysis, *, depth: int) -> list[Candidate]:
         """Records (episodes and messages) ranked by reciprocal-rank fusion of vector and BM25."""
@@ -109,7 +116,10 @@ class Searcher:
             depth *= FILTER_DEPTH
         query = analysis.text
         selection = scope_filter(scope, analysis.window)
-        hits = self._vectors.nearest(group_id, self.embed_query(query), k=depth, selection=selection)
+        # The message evidence scored next (search, context) embeds the text without the speakers'
+        # names: both in one forward pass, the second left in the query cache (a second pass without it).
+        texts = [query] if analysis.match_text == query else [query, analysis.match_text]
+        hits = self._vectors.nearest(group_id, self.embed_queries(texts)[0], k=depth, selection=selection)
         vector_rank: dict[str, int] = {}
         records: dict[str, VectorRecord] = {}
         similarity: dict[str, float] = {}
@@ -328,9 +338,7 @@ class Searcher:
             message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])
         ]
         stored = {e.uuid: known.vectors[e.uuid] for e in episodes if e.uuid in known.vectors}
-        for record in self._vectors.records(group_id, ids=ids, embeddings=True):
-            if record.embedding is not None:
-                stored[record.id] = record.embedding
+        stored |= self._vectors.embeddings(group_id, ids)
         vectors = {record_id: unit(vector) for record_id, vector in stored.items()}
         matrix = np.stack(list(vectors.values())) if vectors else np.zeros((0, 0), dtype=np.float32)
         vector_rows = {record_id: row for row, record_id in enumerate(vectors)}
@@ -378,16 +386,9 @@ def _speakers(snapshot: GroupSnapshot) -> frozenset[str]:
     )
 
 
-def _speaker_names(snapshot: GroupSnapshot) -> dict[str, set[str]]:
-    """Names learned from the group's messages in time order, merged with those its configuration
-    and sessions set."""
-    order = np.argsort(snapshot.timestamps, kind="stable")
-    message = KIND_CODE[RecordKind.MESSAGE.value]
-    learned = learned_names(
-        (snapshot.producers[p], snapshot.produced_for[p], snapshot.documents[p])
-        for p in (int(position) for position in order)
-        if snapshot.kinds[p] == message
-    )
+def _speaker_names(snapshot: GroupSnapshot, learned: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Names learned from the group's messages (retrieval.speaker_names) merged with those its
+    configuration and sessions set."""
     config = snapshot.config
     metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
     return merge_names(learned, configured_names(metadata))

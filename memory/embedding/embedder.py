@@ -38,6 +38,8 @@ class ServiceEmbedder(Embedder, Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]: ...
+
     def count_tokens(self, text: str) -> int: ...
 
     def load(self) -> None: ...
@@ -152,18 +154,28 @@ class SentenceTransformerEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         """One query vector; repeated queries come from an LRU cache."""
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Query vectors through the LRU cache, those not cached encoded in one batch: a request that
+        needs two (search: the query, and the query without the speakers' names) pays one forward pass."""
+        found: dict[str, np.ndarray] = {}
         with self._lock:
-            cached = self._cache.get(text)
-            if cached is not None:
-                self._cache.move_to_end(text)
-                return cached
-        vector = self.embed_batch([text])[0]
-        if self._cache_size:
-            with self._lock:
-                self._cache[text] = vector
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return vector
+            for text in texts:
+                cached = self._cache.get(text)
+                if cached is not None:
+                    self._cache.move_to_end(text)
+                    found[text] = cached
+        missing = list(dict.fromkeys(text for text in texts if text not in found))
+        if missing:
+            found |= dict(zip(missing, self.embed_batch(missing), strict=True))
+            if self._cache_size:
+                with self._lock:
+                    for text in missing:
+                        self._cache[text] = found[text]
+                    while len(self._cache) > self._cache_size:
+                        self._cache.popitem(last=False)
+        return [found[text] for text in texts]
 
     def count_tokens(self, text: str) -> int:
         return len(self._model.tokenizer.tokenize(text))

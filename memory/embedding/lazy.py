@@ -99,6 +99,9 @@ class LazyEmbedder(SentenceTransformerEmbedder):
     def embed_query(self, text: str) -> np.ndarray:
         return self.model().embed_query(text)
 
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return self.model().embed_queries(texts)
+
     def count_tokens(self, text: str) -> int:
         return self.model().count_tokens(text)
 

@@ -217,8 +217,8 @@ def patch(
 
 def diff(previous: GroupSnapshot, fresh: GroupSnapshot) -> Patch:
     """How a snapshot read from scratch relates to the one before it (a Chroma server: other servers'
-    writes are not journaled here): rows by id; a row whose document, title or speaker differs counts
-    as rewritten (what the derived structures read of it)."""
+    writes are not journaled here): rows by id; a row whose document, title, speaker or addressee
+    differs counts as rewritten (what the derived structures read of it)."""
     old = previous.positions
     old_of_new = np.fromiter((old.get(record_id, -1) for record_id in fresh.ids), dtype=np.int64, count=len(fresh))
     rewritten = [
@@ -229,6 +229,7 @@ def diff(previous: GroupSnapshot, fresh: GroupSnapshot) -> Patch:
             fresh.documents[position] != previous.documents[before]
             or fresh.titles[position] != previous.titles[before]
             or fresh.producers[position] != previous.producers[before]
+            or fresh.produced_for[position] != previous.produced_for[before]
         )
     ]
     return Patch(old_of_new=old_of_new, rewritten=np.asarray(rewritten, dtype=np.int64))

@@ -148,6 +148,19 @@ class VectorStore(StorePart):
         return found
 
     @store_call
+    def embeddings(self, group_id: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of records by id (those found), and nothing else of them: a read of the
+        embeddings alone is about a quarter of one that also brings documents and metadata."""
+        collection, _ = self._read_from(group_id, None)
+        if collection is None or not ids:
+            return {}
+        found = collection.get(ids=list(ids), include=cast(Any, ["embeddings"]))
+        vectors = found.get("embeddings")
+        if vectors is None:
+            return {}
+        return {record_id: np.asarray(vectors[i], dtype=np.float32) for i, record_id in enumerate(found["ids"])}
+
+    @store_call
     def episodes(self, group_id: str, *, ids: Ids = None, selection: Selection = None) -> list[Episode]:
         """The episodes and summaries among the records by id and/or filter."""
         collection, where = self._read_from(group_id, selection)

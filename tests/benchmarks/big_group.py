@@ -12,12 +12,14 @@ Measure (the default): a service started on the folder, then
 - first search after a start, twice: the group read from Chroma (no snapshot kept: a first start, or one
   after a crash), then after a restart with the snapshot the first start kept at its close
   (memory.store.snapshot_files); the model is loaded before, as a server does before it is ready;
-- idle and written: for LoCoMo questions, alternating, ``search`` (k 10) and ``context`` (1,000 tokens)
+- idle and written: for LoCoMo questions (``--questions`` new ones per block, so the query-embedding
+  cache never answers one), alternating, ``search`` (k 10) and ``context`` (1,000 tokens)
   through the facade, and the floor (the query embedding, encoded, plus one raw Chroma query of 10 over
   the group's index); "written": a one-message add to a session of the group before every round.
 
     python tests/benchmarks/big_group.py --build --bulk 20 --data-dir /tmp/big --sessions 600 --messages 100
     python tests/benchmarks/big_group.py --data-dir /tmp/big --questions 40
+    python tests/benchmarks/big_group.py --data-dir /tmp/p200k --group bench-group   # partitions.py's group
     python tests/benchmarks/big_group.py --quick      # 4 sessions x 50 messages in a temporary folder
 """
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -35,6 +38,7 @@ import _common as c
 
 from memory.store.codec import index_name
 from memory.store.connection import close_embedded
+from memory.store.snapshot_files import FOLDER
 
 GROUP = "big"
 
@@ -123,6 +127,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--bulk", type=int, default=0, help="build N sessions per bulk ingest (0: adds and flushes)")
+    parser.add_argument("--group", default=GROUP, help="measure this group of the folder (e.g. partitions.py's)")
     args = parser.parse_args()
     from context import Floor
 
@@ -139,10 +144,16 @@ def main() -> None:
             service.close()
             if not args.quick:
                 return
-        asked = questions()[: args.questions]
+        # Distinct questions for each block (the two first searches, then idle and written search and
+        # context): the query-embedding cache never answers a question the floor has to encode.
+        group = args.group
+        asked = questions()
+        blocks = [asked[2 + b * args.questions : 2 + (b + 1) * args.questions] for b in range(4)]
         firsts = []
         for start in range(2):  # the second start finds the snapshot the first one kept at its close
             close_embedded(folder)  # a new engine, as in a new process
+            if start == 0:  # a first start (or one after a crash): no snapshot kept
+                shutil.rmtree(folder / FOLDER, ignore_errors=True)
             started = time.perf_counter()
             service = Epimem.from_settings(data_dir=folder, background=False)
             opened = time.perf_counter() - started
@@ -150,35 +161,37 @@ def main() -> None:
             service.embedder.load()  # a server loads its model before it listens (/readyz): not the search's
             model = time.perf_counter() - started
             started = time.perf_counter()
-            service.search(GROUP, asked[start], k=10)
+            service.search(group, asked[start], k=10)
             first = time.perf_counter() - started
             cache = service.stats().read_cache
             firsts.append({"open": opened, "model": model, "first_search": first, "kept": getattr(cache, "loads", 0)})
             if start == 0:
                 service.close()
-        vectors = service.vector_count(GROUP)
-        c.heading(f"one group of {vectors:,} vectors ({index_name(GROUP)}), {len(asked)} questions")
+        vectors = service.vector_count(group)
+        c.heading(f"one group of {vectors:,} vectors ({index_name(group)}), {args.questions} questions a block")
         for name, figures in zip(("read from Chroma", "snapshot kept at the last close"), firsts, strict=True):
             c.line(f"first search after a start, {name} (s)", **figures)
         floor = Floor(service)
-        for question in asked[:3]:  # warm-up
-            service.search(GROUP, question, k=10)
-            floor(GROUP, question)
+        for question in asked[-3:]:  # warm-up
+            service.search(group, question, k=10)
+            floor(group, question)
+        block = iter(blocks)
         for mode in ("idle", "written"):
             run = int(time.time())
 
             def write(i: int, run: int = run) -> None:
                 said = [{"id": f"w{run}-{i}", "role": "user", "content": f"Status {i}: all quiet, checking in."}]
-                service.add_messages(GROUP, "live-writes", said)
+                service.add_messages(group, "live-writes", said)
 
             reads = {
-                "search": lambda i: service.search(GROUP, asked[i], k=10),
-                "context": lambda i: service.context(GROUP, asked[i], token_budget=1000),
+                "search": lambda i, q: service.search(group, q[i], k=10),
+                "context": lambda i, q: service.context(group, q[i], token_budget=1000),
             }
             for name, read in reads.items():  # each read paired with the floor (a write before each pair)
+                mine = next(block)
                 times = c.interleaved(
-                    {name: read, "floor": lambda i: floor(GROUP, asked[i])},
-                    len(asked),
+                    {name: lambda i, q=mine, read=read: read(i, q), "floor": lambda i, q=mine: floor(group, q[i])},
+                    len(mine),
                     before=(lambda i, name=name: write(i * 2 + (name == "context"))) if mode == "written" else None,
                 )
                 figures = {key: c.summary(values) for key, values in times.items()}

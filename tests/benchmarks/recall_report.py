@@ -50,15 +50,17 @@ def domains(datasets: dict[str, list[Sample]]) -> dict[str, set[str]]:
     return found
 
 
-def objective(per_conversation: dict[str, Scores], conversations: dict[str, str], keep: set[str]) -> float:
-    """Mean recall over the budgets and every question (LoCoMo's category 5 included), each dataset
-    weighing the same, over the kept conversations."""
+def objective(
+    per_conversation: dict[str, Scores], conversations: dict[str, str], keep: set[str], keys: Sequence[Any] = BUDGETS
+) -> float:
+    """Mean recall over the budgets (or other ``keys``: search's ("episode", k)) and every question (LoCoMo's
+    category 5 included), each dataset weighing the same, over the kept conversations."""
     figures = []
     for dataset in sorted(set(conversations.values())):
         kept = {c: s for c, s in per_conversation.items() if c in keep and conversations[c] == dataset}
         if kept:
             merged = merge(kept)
-            figures.append(statistics.fmean(merged.mean(b, CATEGORIES[dataset]) for b in BUDGETS))
+            figures.append(statistics.fmean(merged.mean(k, CATEGORIES[dataset]) for k in keys))
     return statistics.fmean(figures)
 
 
@@ -68,19 +70,20 @@ def eligible(
     conversations: dict[str, str],
     areas: dict[str, set[str]],
     keep: set[str],
+    keys: Sequence[Any] = BUDGETS,
 ) -> bool:
     """The variant lowers no domain (within ``keep``) by more than TOLERANCE against the default."""
     for members in areas.values():
         inside = members & keep
         if inside:
-            default = objective(results["default"], conversations, inside)
-            if objective(results[name], conversations, inside) < default - TOLERANCE:
+            default = objective(results["default"], conversations, inside, keys)
+            if objective(results[name], conversations, inside, keys) < default - TOLERANCE:
                 return False
     return True
 
 
 def leave_one_fold_out(
-    results: dict[str, dict[str, Scores]], datasets: dict[str, list[Sample]]
+    results: dict[str, dict[str, Scores]], datasets: dict[str, list[Sample]], keys: Sequence[Any] = BUDGETS
 ) -> tuple[dict[str, Scores], dict[str, str]]:
     """(conversation -> held-out Scores, fold -> the variant chosen without it): each fold is scored with
     the eligible variant of the best objective on the other folds."""
@@ -90,22 +93,24 @@ def leave_one_fold_out(
     chosen: dict[str, str] = {}
     for fold, members in folds(datasets).items():
         keep = set(conversations) - set(members)
-        candidates = [n for n in results if eligible(results, n, conversations, areas, keep)]
-        best = max(candidates, key=lambda n: (objective(results[n], conversations, keep), n == "default"))
+        candidates = [n for n in results if eligible(results, n, conversations, areas, keep, keys)]
+        best = max(candidates, key=lambda n: (objective(results[n], conversations, keep, keys), n == "default"))
         chosen[fold] = best
         held |= {c: results[best][c] for c in members}
     return held, chosen
 
 
-def domain_table(results: dict[str, dict[str, Scores]], datasets: dict[str, list[Sample]]) -> str:
+def domain_table(
+    results: dict[str, dict[str, Scores]], datasets: dict[str, list[Sample]], keys: Sequence[Any] = BUDGETS
+) -> str:
     """Each variant's in-sample objective per domain, minus the default's; a variant that raises one
     domain and lowers another is marked (not taken by the guard where both are in a fold's training)."""
     conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
     areas = domains(datasets)
     lines = ["| variant | " + " | ".join(areas) + " | |", "|---|" + "---|" * (len(areas) + 1)]
     for name, scores in results.items():
-        base = [objective(results["default"], conversations, m) for m in areas.values()]
-        mine = [objective(scores, conversations, m) for m in areas.values()]
+        base = [objective(results["default"], conversations, m, keys) for m in areas.values()]
+        mine = [objective(scores, conversations, m, keys) for m in areas.values()]
         deltas = [m - b for m, b in zip(mine, base, strict=True)]
         split = max(deltas) > TOLERANCE and min(deltas) < -TOLERANCE
         cells = [f"{m:.4f}" if name == "default" else f"{d:+.4f}" for m, d in zip(mine, deltas, strict=True)]

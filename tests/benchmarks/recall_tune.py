@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -34,10 +33,12 @@ import recall_report  # noqa: E402
 from recall import (  # noqa: E402
     BUDGETS,
     CATEGORIES,
+    CATEGORY_NAMES,
     EPISODE_KS,
     HEADLINE,
     Sample,
     Scores,
+    circles,
     context_recall,
     episode_recall,
     load_dataset,
@@ -81,17 +82,40 @@ VARIANTS: dict[str, PackingPolicy] = {
     "other speaker 0.75": replace(BASE, other_speaker_share=0.75),
     "no speaker prior": replace(BASE, speaker_bonus=0.0),
     "no prior cap (before issue 29)": replace(BASE, speaker_cap=False, speaker_cap_margin=0.0),
-    "prior cap": replace(BASE, speaker_cap=True, speaker_cap_margin=0.0),
-    "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.0, speaker_admit=1),
-    "prior cap + 0.1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.1),
-    "prior cap + 0.15": replace(BASE, speaker_cap=True, speaker_cap_margin=0.15),
-    "prior cap + 0.2": replace(BASE, speaker_cap=True, speaker_cap_margin=0.2),
-    "prior cap + 0.3": replace(BASE, speaker_cap=True, speaker_cap_margin=0.3),
-    "wrong-person gate 0.1": replace(BASE, speaker_gate=0.1),
-    "wrong-person gate 0.15": replace(BASE, speaker_gate=0.15),
-    "wrong-person gate 0.2": replace(BASE, speaker_gate=0.2),
-    "prior cap + wrong-person gate 0.2": replace(BASE, speaker_cap=True, speaker_gate=0.2),
-    "wrong-person gate 0.3": replace(BASE, speaker_gate=0.3),
+    "prior cap": replace(BASE, speaker_cap=True, speaker_cap_margin=0.0, cap_budget=None),
+    "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.0, speaker_admit=1, cap_budget=None),
+    "prior cap + 0.1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.1, cap_budget=None),
+    "prior cap + 0.15": replace(BASE, speaker_cap=True, speaker_cap_margin=0.15, cap_budget=None),
+    "prior cap + 0.2": replace(BASE, speaker_cap=True, speaker_cap_margin=0.2, cap_budget=None),
+    "prior cap + 0.3": replace(BASE, speaker_cap=True, speaker_cap_margin=0.3, cap_budget=None),
+    "wrong-person gate 0.1": replace(BASE, speaker_gate=0.1, cap_budget=None),
+    "wrong-person gate 0.15": replace(BASE, speaker_gate=0.15, cap_budget=None),
+    "wrong-person gate 0.2": replace(BASE, speaker_gate=0.2, cap_budget=None),
+    "prior cap + wrong-person gate 0.2": replace(BASE, speaker_cap=True, speaker_gate=0.2, cap_budget=None),
+    "wrong-person gate 0.3": replace(BASE, speaker_gate=0.3, cap_budget=None),
+    # issue 29, third pass: room for what the prior holds back, growing with the budget
+    "plain share 0.02": replace(BASE, plain_share=0.02, cap_budget=None),
+    "plain share 0.05": replace(BASE, plain_share=0.05, cap_budget=None),
+    "plain share 0.1": replace(BASE, plain_share=0.1, cap_budget=None),
+    "plain share 0.15": replace(BASE, plain_share=0.15, cap_budget=None),
+    "plain share 0.2": replace(BASE, plain_share=0.2, cap_budget=None),
+    "plain share 0.3": replace(BASE, plain_share=0.3, cap_budget=None),
+    "cap margin 0.15 at every budget": replace(BASE, cap_budget=None),
+    "cap margin from 500": replace(BASE, cap_budget=500, cap_decay=1.0),
+    "cap margin from 1000": replace(BASE, cap_budget=1000, cap_decay=1.0),
+    "cap margin from 600": replace(BASE, cap_budget=600, cap_decay=1.0),
+    "cap margin from 700": replace(BASE, cap_budget=700, cap_decay=1.0),
+    "cap margin from 800": replace(BASE, cap_budget=800, cap_decay=1.0),
+    "cap margin from 800 squared": replace(BASE, cap_budget=800, cap_decay=2.0),
+    "cap margin from 900 squared": replace(BASE, cap_budget=900, cap_decay=2.0),
+    "cap margin from 1000 + plain share 0.1": replace(BASE, cap_budget=1000, cap_decay=1.0, plain_share=0.1),
+    "cap margin from 500 + plain share 0.1": replace(BASE, cap_budget=500, cap_decay=1.0, plain_share=0.1),
+    "cap margin from 1000 + plain share 0.02": replace(BASE, cap_budget=1000, cap_decay=1.0, plain_share=0.02),
+    "cap margin from 1000 + plain share 0.05": replace(BASE, cap_budget=1000, cap_decay=1.0, plain_share=0.05),
+    "cap margin from 500 + plain share 0.05": replace(BASE, cap_budget=500, cap_decay=1.0, plain_share=0.05),
+    "default + plain share 0.02": replace(BASE, plain_share=0.02),
+    "plain share 0.1 without the cap": replace(BASE, plain_share=0.1, speaker_cap=False, cap_budget=None),
+    "plain share 0.2 without the cap": replace(BASE, plain_share=0.2, speaker_cap=False, cap_budget=None),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
@@ -101,8 +125,12 @@ SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
     "evidence 2.0, 40 best-ranked episodes": replace(SEARCH_BASE, max_episodes=40),
     "evidence 0.1, every candidate episode": replace(SEARCH_BASE, search_evidence=0.1),
     "evidence 1.0, every candidate episode": replace(SEARCH_BASE, search_evidence=1.0),
-    "default (evidence 2.0, every candidate episode)": SEARCH_BASE,
+    "default": SEARCH_BASE,  # evidence 2.0, every candidate episode
     "evidence 2.0, whole-group scoring": replace(SEARCH_BASE, select="group", max_episodes=40),
+    # issue 29: the context's capped speaker prior in search too
+    "prior cap + 0.15 (the context's)": replace(SEARCH_BASE, speaker_cap=True, speaker_cap_margin=0.15),
+    "prior cap + 0.1": replace(SEARCH_BASE, speaker_cap=True, speaker_cap_margin=0.1),
+    "prior cap": replace(SEARCH_BASE, speaker_cap=True, speaker_cap_margin=0.0),
 }
 
 
@@ -246,41 +274,44 @@ def print_loo(
 
 
 def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearcher]) -> None:
-    """Episode recall@k of search with message evidence at several weights (0 = fused rank only, the
-    search before), and the weight chosen held out by fold (recall_report.folds; objective: mean of
-    @1..@10 over categories 1-4, LoCoMo's 5 aside as in the figures before)."""
-    conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
+    """Episode recall@k of search under each of SEARCH_VARIANTS, and the variant chosen held out by fold as
+    for the context (recall_report.leave_one_fold_out over ("episode", k): mean of @1..@10 over every
+    question, LoCoMo's category 5 included, with the guard across LoCoMo and each REALTALK circle)."""
+    keys = [("episode", k) for k in EPISODE_KS]
     found: dict[str, dict[str, Scores]] = {}
     for name, policy in SEARCH_VARIANTS.items():
         found[name] = {}
+        started = time.perf_counter()
         for dataset, samples in datasets.items():
             memo = memos[dataset]
             memo.policy = policy
             search = memo.search
             found[name].update(episode_recall(lambda g, q, k, s=search: s(g, SearchQuery(query=q, k=k)), samples))
-
-    def mean_at(scores: dict[str, Scores], keep: set[str]) -> float:
-        figures = []
-        for dataset in set(conversations.values()):
-            kept = merge({c: s for c, s in scores.items() if c in keep and conversations[c] == dataset})
-            figures.append(statistics.fmean(kept.mean(("episode", k), HEADLINE[dataset]) for k in EPISODE_KS))
-        return statistics.fmean(figures)
-
-    held: dict[str, Scores] = {}
-    for fold, members in recall_report.folds(datasets).items():
-        others = set(conversations) - set(members)
-        best = max(found, key=lambda name: (mean_at(found[name], others), name.startswith("default")))
-        held |= {c: found[best][c] for c in members}
-        print(f"search weight chosen without {fold}: {best}")
+        print(f"search variant {name:<40} ({time.perf_counter() - started:.0f} s)", flush=True)
+    held, chosen = recall_report.leave_one_fold_out(found, datasets, keys)
+    print("\nsearch variant chosen without each fold: " + "; ".join(f"{f}: {v}" for f, v in chosen.items()))
+    print("\n### search, each variant in sample, per domain (objective over @1..@10; the others: minus the default)\n")
+    print(recall_report.domain_table(found, datasets, keys))
     for dataset, samples in datasets.items():
         ids = {s.sample_id for s in samples}
-        print(f"\n### search, {dataset}: episode recall@" + "/".join(map(str, EPISODE_KS)) + "\n")
-        rows = {name: {c: s for c, s in scores.items() if c in ids} for name, scores in found.items()}
-        rows["held out"] = {c: s for c, s in held.items() if c in ids}
-        for name, scores in rows.items():
-            merged = merge(scores)
-            figures = " / ".join(f"{merged.mean(('episode', k), HEADLINE[dataset]):.3f}" for k in EPISODE_KS)
-            print(f"| {name} | {figures} |")
+        parts = {dataset: ids} | (
+            {f"circle {people}": set(members) for people, members in circles(samples).items()}
+            if dataset == "realtalk"
+            else {}
+        )
+        for label, members in parts.items():
+            columns = [f"all ({min(HEADLINE[dataset])}-{max(HEADLINE[dataset])})"] + [
+                f"{c} {CATEGORY_NAMES[c]}" for c in CATEGORIES[dataset]
+            ]
+            print(f"\n### search, {label}: episode recall@" + "/".join(map(str, EPISODE_KS)) + "\n")
+            print("| search | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
+            rows = {name: {c: s for c, s in scores.items() if c in members} for name, scores in found.items()}
+            rows["held out"] = {c: s for c, s in held.items() if c in members}
+            for name, scores in rows.items():
+                merged = merge(scores)
+                groups = [list(HEADLINE[dataset])] + [[c] for c in CATEGORIES[dataset]]
+                cells = [" / ".join(f"{merged.mean(key, g):.3f}" for key in keys) for g in groups]
+                print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -298,6 +329,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from api.facade import Epimem
 
     names = [n for n in args.variants.split(",") if n] or list(VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown} (names are comma-separated, as in VARIANTS)")
     datasets = {name: load_dataset(name, quick=args.quick) for name in args.datasets.split(",") if name}
     folders = {
         name: args.realtalk_data_dir if name == "realtalk" and args.realtalk_data_dir else args.data_dir

@@ -35,5 +35,8 @@ class ProjectedEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_batch([text])[0]
 
+    def embed_queries(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return list(self.embed_batch(texts))
+
     def count_tokens(self, text: str) -> int:
         return int(self._inner.count_tokens(text))

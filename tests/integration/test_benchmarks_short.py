@@ -36,6 +36,18 @@ EXPECTED = {
         "query embedding hit (ms)",
     ],
     "ingest.py": ["ingest (s)", "texts embedded", "encode-only (s)", "ratio ingest / encode-only"],
+    "big_group.py": [
+        "first search after a start, read from Chroma (s)",
+        "first search after a start, snapshot kept at the last close (s)",
+        "idle search (ms)",
+        "written context (ms)",
+        "read cache",
+    ],
+    "ingest_growth.py": [
+        "chat (2 per call): msg/s, median call",
+        "bulk (100 per call + flush): msg/s, median call",
+        "ratio big / empty (target >= 0.9)",
+    ],
     "kept_snapshot.py": [
         "without a kept file: beyond the Chroma read (s)",
         "kept at close (s, MB)",
@@ -50,7 +62,7 @@ EXPECTED = {
 }
 # embedding_backends.py is not run here: its ONNX export alone takes minutes on 2 cores. The
 # backends' correctness is tested in tests/memory/test_embedding_backends.py; the script is run by hand.
-NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py", "kept_snapshot.py"}
+NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py", "kept_snapshot.py", "big_group.py"}
 
 
 @pytest.mark.slow

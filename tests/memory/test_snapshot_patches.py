@@ -1,5 +1,5 @@
-"""The read snapshot and keyword index a service keeps up to date by patching (what this process's writes
-changed, or a diff of a Chroma server's group read again) equal ones built from scratch, whatever
+"""The read snapshot, keyword index and learned speaker names a service keeps up to date by patching (what
+this process's writes changed, or a diff of a Chroma server's group read again) equal ones built from scratch, whatever
 adds, flushes, deletions (of pending messages, of formed messages: their episode is rewritten, of
 episodes), imports and another server's writes came between (a Hypothesis state machine, both
 backends: real Chroma, the real model)."""
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 import pytest
-from helpers.builders import messages
+from helpers.builders import T0, messages
 from helpers.checks import by_record, keyword_scores
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -23,8 +24,11 @@ from api.settings import Settings
 from memory.store.factory import open_store
 from memory.store.group_snapshot import estimate_bytes
 from retrieval.keyword import KeywordIndex
+from retrieval.names import learned_names
+from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, LearnedNames
 
 QUERIES = ["the dog Rex", "lake", "pottery class on Thursday"]
+TEXT = ("Hey Mel, the dog Rex swam in the lake.", "Thanks Caro! Rex loves the lake.")
 SESSIONS = st.sampled_from(["s0", "s1", "s2"])
 
 
@@ -42,7 +46,10 @@ class Patches(RuleBasedStateMachine):
 
     def _batch(self, session: str, count: int) -> list[Any]:
         self.counter += 1
-        return messages(count, prefix=f"{session}-{self.counter}-", text="Turn {i}: the dog Rex swam in the lake.")
+        # Later than every batch before (the learned names are patched then), and the speakers call each
+        # other by names they never write themselves (learned after three uses: retrieval.names).
+        later = T0 + timedelta(hours=self.counter)
+        return messages(count, prefix=f"{session}-{self.counter}-", start=later, text=lambda i: TEXT[i % 2])
 
     def _known(self, writer: Epimem, session: str) -> list[Any]:
         if session not in {info.session_id for info in writer.memory.sessions(self.group)}:
@@ -108,6 +115,12 @@ class Patches(RuleBasedStateMachine):
             ours, theirs = keyword_scores(index, kept, query), keyword_scores(built, fresh, query)
             assert ours.keys() == theirs.keys()
             assert np.allclose([ours[r] for r in theirs], list(theirs.values()), rtol=1e-6, atol=1e-7), query
+        # The names learned from the messages (patched when a write only added later ones) as learned anew.
+        learned = kept.derived(LEARNED_NAMES, lambda: LearnedNames(kept))
+        order = [p for p in np.argsort(fresh.timestamps, kind="stable").tolist() if fresh.kinds[p] == MESSAGE]
+        assert learned.names == learned_names(
+            (fresh.producers[p], fresh.produced_for[p], fresh.documents[p]) for p in order
+        )
 
 
 @pytest.mark.slow

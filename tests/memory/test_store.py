@@ -67,3 +67,18 @@ def test_bundled_model_gives_normalised_vectors_like_upstream(embedder: Sentence
     assert abs(float((vectors**2).sum(axis=1)[0]) - 1.0) < 1e-4
     assert float(vectors[0] @ vectors[1]) == pytest.approx(0.755, abs=0.01)
     assert embedder.model_id.startswith("all-MiniLM-L6-v2:384:")
+
+
+def test_embeddings_by_id_are_the_stored_vectors_and_nothing_else(service: Epimem, group_id: str) -> None:
+    texts = ["Ana adopted a puppy named Rex.", "Ben ran the charity race.", "They met at the lake."]
+    service.add_messages(group_id, "s", [{"id": str(i), "content": text} for i, text in enumerate(texts)])
+    service.flush(group_id, "s")
+    vectors = service.memory.store.vectors
+    stored = {r.id: r.embedding for r in vectors.records(group_id, embeddings=True)}
+    assert len(stored) >= 4  # three messages and their episode
+    wanted = [*stored, "no-such-record"]
+    found = vectors.embeddings(group_id, wanted)
+    assert found.keys() == stored.keys()
+    for record_id, vector in found.items():
+        assert vector.dtype.name == "float32" and vector.tolist() == stored[record_id].tolist()
+    assert vectors.embeddings(group_id, []) == {} and vectors.embeddings("no-such-group", wanted) == {}

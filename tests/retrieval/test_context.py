@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+import pytest
 from helpers import builders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -146,6 +147,40 @@ def test_a_named_speaker_s_message_comes_first_in_a_tight_budget(service: Epimem
         result = service.context(group_id, f"What did {name} paint?", token_budget=40)
         turns = [line for line in result.text.splitlines()[2:] if line != "…"]
         assert turns and all(line.startswith(f"{name}:") for line in turns), result.text
+
+
+def test_a_reserved_share_of_the_budget_holds_the_best_match_whoever_said_it(service: Epimem, group_id: str) -> None:
+    # LoCoMo's adversarial questions: "What did Ana realise after the charity race?" when Ben ran it.
+    lines = [("Ben", "I finally finished the charity race and realised self-care really matters.")]
+    lines += [("Ana", f"I realised the charity walk route passes my garden, note {i}.") for i in range(6)]
+    service.add_messages(group_id, "s", builders.turns(lines, start=T0))
+    service.flush(group_id, "s")
+    query = ContextQuery(query="What did Ana realise after the charity race?", token_budget=60)
+
+    def cited(policy: PackingPolicy) -> list[str]:
+        result = ContextBuilder(searcher=service.searcher, policy=policy).build(group_id, query)
+        assert result.tokens <= query.token_budget
+        return [m for c in result.citations for m in c.message_ids]
+
+    uncapped = PackingPolicy(speaker_cap=False)
+    before = cited(uncapped)
+    assert "m0" not in before and before  # the prior fills the budget with Ana's turns
+    reserved = cited(replace(uncapped, plain_share=0.3))
+    assert "m0" in reserved and len(reserved) >= 2  # Ben's race, then Ana's turns in the rest
+
+
+def test_the_cap_margin_can_shrink_as_the_budget_grows() -> None:
+    policy = PackingPolicy(speaker_cap_margin=0.15, cap_budget=500, cap_decay=1.0)
+    assert policy.at_budget(400) == policy and policy.at_budget(500) == policy
+    assert policy.at_budget(1000).speaker_cap_margin == 0.075
+    assert policy.at_budget(2000).speaker_cap_margin == 0.0375
+    assert replace(policy, cap_decay=2.0).at_budget(1000).speaker_cap_margin == 0.0375  # 0.15 * (1/2) ** 2
+    fixed = replace(policy, cap_budget=None)
+    assert fixed.at_budget(2000) == fixed  # the same margin at every budget
+    default = PackingPolicy()  # 0.15 up to 800 tokens, then 0.15 * (800 / budget) ** 2
+    assert default.at_budget(800) == default
+    assert default.at_budget(1000).speaker_cap_margin == pytest.approx(0.096)
+    assert default.at_budget(2000).speaker_cap_margin == pytest.approx(0.024)
 
 
 def test_a_message_from_the_time_the_query_names_comes_first(service: Epimem, group_id: str) -> None:
