@@ -107,7 +107,14 @@ def _decay(age_days: Any, weight: float, half_life_days: float) -> Any:
 
 
 def _scoring_attributes(
-    _source: Any, group_id: str, _candidates: Any, _query: Any, _analysis: Any, policy: ScoringPolicy, *_: Any
+    _source: Any,
+    group_id: str,
+    _candidates: Any,
+    _query: Any,
+    _analysis: Any,
+    policy: ScoringPolicy,
+    *_: Any,
+    **_options: Any,
 ) -> dict:
     return {"group_hash": group_hash(group_id), "select": policy.select}
 
