@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,9 @@ KINDS = ("episode", "summary", "message")
 # decides, from the group's count alone, whether it is read in full (memory.store.snapshots).
 FULL_RECORD_BYTES = 1600
 KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
+# Episodes a snapshot keeps parsed (least recently used out): ~2.8 KB each, outside the cache's byte
+# bound; a search parses a few hundred, a full group holds up to ~40,000 (~120 MB if all were kept).
+PARSED_EPISODES_KEPT = 4096
 OTHER_KIND = len(KINDS)
 
 # What a snapshot is labelled with (memory.store.versions): (writes of this process, the shared stamp;
@@ -53,7 +57,7 @@ class GroupSnapshot:
     messages: dict[str, Message] | None = None  # message record id -> message (full only)
     nbytes: int = 0
     built_s: float = 0.0
-    _episodes: dict[str, Episode] = field(default_factory=dict)
+    _episodes: OrderedDict[str, Episode] = field(default_factory=OrderedDict)
     _derived: dict[str, Any] = field(default_factory=dict)
     _derived_bytes: dict[str, int] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)  # a build may need another derived value
@@ -94,14 +98,19 @@ class GroupSnapshot:
 
     def episode(self, record_id: str) -> Episode | None:
         """The episode or summary of a record id (full snapshots only; parsed once)."""
-        cached = self._episodes.get(record_id)
-        if cached is not None:
-            return cached
+        with self._lock:
+            cached = self._episodes.get(record_id)
+            if cached is not None:
+                self._episodes.move_to_end(record_id)
+                return cached
         position = self.positions.get(record_id)
         if position is None or self.metadatas is None or int(self.kinds[position]) > KIND_CODE["summary"]:
             return None
         episode = codec.episode_from_record(self.documents[position], self.metadatas[position])
-        self._episodes[record_id] = episode
+        with self._lock:
+            self._episodes[record_id] = episode
+            while len(self._episodes) > PARSED_EPISODES_KEPT:
+                self._episodes.popitem(last=False)
         return episode
 
     def direction(self, record_id: str) -> np.ndarray | None:

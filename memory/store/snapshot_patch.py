@@ -209,7 +209,9 @@ def patch(
                 nbytes += messages_bytes([message]) - (messages_bytes([before]) if before is not None else 0)
         patched.messages = messages
     # Episodes parsed from records the changes did not touch stay parsed.
-    patched._episodes.update((r, e) for r, e in snapshot._episodes.items() if r not in touched)
+    with snapshot._lock:  # readers of the old snapshot reorder its parsed episodes (least recently used)
+        parsed = [(r, e) for r, e in snapshot._episodes.items() if r not in touched]
+    patched._episodes.update(parsed)
     patched.nbytes = nbytes
     old_of_new = np.concatenate([kept, np.full(len(new), -1, dtype=np.int64)])
     return patched, Patch(old_of_new=old_of_new, rewritten=np.sort(at))

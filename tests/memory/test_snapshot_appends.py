@@ -13,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.facade import Epimem
+from memory.store import group_snapshot
 from memory.store.factory import open_store
-from memory.store.group_snapshot import GroupSnapshot
+from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
 
 STEPS = st.lists(
     st.tuples(st.sampled_from(["add", "add", "add", "search", "flush", "delete"]), st.integers(0, 2)),
@@ -77,3 +78,25 @@ def test_an_add_to_a_known_session_extends_the_snapshot_without_reading_the_grou
     assert hits[0].pending and set(hits[0].episode.source_message_ids) == {"a0", "a1", "b0", "b1"}
     assert after.builds == before.builds + 1
     assert after.extensions == before.extensions + 1  # on a Chroma server too: this process's own write
+
+
+def test_a_snapshot_keeps_a_bounded_number_of_parsed_episodes(
+    make_service: Callable[..., Epimem], group_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service = make_service()
+    for session in range(5):  # an episode each
+        batch = messages(4, prefix=f"s{session}-", text="Turn {i}: Rex at the lake.")
+        service.add_messages(group_id, f"s{session}", batch)
+        service.flush(group_id, f"s{session}")
+    monkeypatch.setattr(group_snapshot, "PARSED_EPISODES_KEPT", 3)
+    bounded = service.search(group_id, "Rex at the lake", k=5)
+    snapshot = service.memory.store.vectors.snapshot(group_id)
+    assert snapshot.full and len(snapshot._episodes) <= 3
+    episode_ids = [snapshot.ids[p] for p in range(len(snapshot.ids)) if snapshot.kinds[p] == KIND_CODE["episode"]]
+    assert len(episode_ids) == 5
+    parsed = [snapshot.episode(record_id) for record_id in episode_ids]
+    assert list(snapshot._episodes) == episode_ids[-3:]  # the most recently used
+    assert snapshot.episode(episode_ids[0]) == parsed[0]  # parsed again once it was let go
+    monkeypatch.setattr(group_snapshot, "PARSED_EPISODES_KEPT", 4096)
+    again = service.search(group_id, "Rex at the lake", k=5)
+    assert [hit.episode.uuid for hit in bounded] == [hit.episode.uuid for hit in again] and bounded
