@@ -320,6 +320,7 @@ def main() -> int:
     parser.add_argument("--curve", help="recall only, for these client counts in turn (e.g. 1,2,4,8,16)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="epimem-load-"))
+    figures: dict[str, Any] | None = None
     cluster = Cluster(servers=args.servers, chroma=args.chroma_server or args.servers > 1, workdir=workdir)
     try:
         if not args.urls:
@@ -338,7 +339,10 @@ def main() -> int:
         figures = report(stats, elapsed, checks, args)
     finally:
         cluster.stop()
-        if os.environ.get("EPIMEM_LOAD_KEEP"):
+        failed = figures is None or bool(figures.get("5xx")) or bool(figures.get("transport_errors"))
+        if failed:
+            print_tracebacks(workdir)
+        if failed or os.environ.get("EPIMEM_LOAD_KEEP"):
             print(f"logs kept in {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -348,6 +352,16 @@ def main() -> int:
     correct = figures["lost"] == 0 and figures["duplicated"] == 0 and figures["orphaned"] == 0
     print("OK" if healthy and correct else "FAILED")
     return 0 if healthy and correct else 1
+
+
+def print_tracebacks(workdir: Path) -> None:
+    """The servers' tracebacks (a 5xx is logged with one), so that a failed run says why."""
+    for log in sorted(workdir.glob("epimem-*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        starts = [number for number, line in enumerate(lines) if line.startswith("Traceback")]
+        for start in starts[-3:]:
+            print(f"--- {log.name}, line {start + 1}")
+            print("\n".join(lines[max(0, start - 2) : start + 40]))
 
 
 def uuid_suffix() -> str:
