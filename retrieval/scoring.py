@@ -166,18 +166,6 @@ def _leading(rows: MessageRows, scores: np.ndarray, limit: int | None) -> list[i
     return chosen[:limit] if limit is not None else chosen
 
 
-def row_scores(
-    rows: MessageRows,
-    query_vector: np.ndarray,
-    keyword: np.ndarray,
-    query: Query,
-    analysis: QueryAnalysis,
-    policy: ScoringPolicy,
-) -> np.ndarray:
-    """One score per row (-inf outside the query's sessions and time window)."""
-    return scored_rows(rows, query_vector, keyword, query, analysis, policy)[0]
-
-
 def scored_rows(
     rows: MessageRows,
     query_vector: np.ndarray,
@@ -186,7 +174,8 @@ def scored_rows(
     analysis: QueryAnalysis,
     policy: ScoringPolicy,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(one score per row as row_scores, the part of it the speaker prior added)."""
+    """(one score per row, -inf outside the query's sessions and time window; the part of it the
+    speaker prior added)."""
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
     cosine = _cosines(rows, query_vector)
 

@@ -10,7 +10,7 @@ from helpers.builders import messages
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError
-from retrieval.scoring import ScoringPolicy, row_scores, unit
+from retrieval.scoring import ScoringPolicy, scored_rows, unit
 from retrieval.types import ContextQuery, Order, SearchQuery
 
 T0 = datetime(2023, 3, 1, 12, 0, tzinfo=UTC)
@@ -180,8 +180,8 @@ def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
     keyword = searcher.keyword_scores(group_id, query)[1]
     plain = ContextQuery(query=query)
     analysis = searcher.analyse(group_id, plain, ScoringPolicy())
-    own = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.0))
-    blended = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.5))
+    own = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.0))[0]
+    blended = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.5))[0]
     gain = blended - own
     # every turn takes its episode's better cosine (episode_share 0.8 of a gain over 0.05), and only that changes
     assert len(rows) == 12 and gain.min() > 0.8 * 0.05
@@ -210,27 +210,27 @@ def test_a_question_naming_the_wrong_person_can_still_reach_what_the_other_said(
     speakers = [str(s).casefold() for s in rows.speakers]
     assert speakers == ["ben", "ana", "ben", "ana"]
     bonus = ScoringPolicy().speaker_bonus
-    before = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy())
-    without = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_bonus=0.0))
+    before = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy())[0]
+    without = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_bonus=0.0))[0]
     assert list(before - without) == pytest.approx([0.0, bonus, 0.0, bonus])  # the prior: Ana's turns only
     assert int(without.argmax()) == 0  # yet Ben's turn is the one that matches
     # admitted: the best match before the prior gets it too, whoever said it; nothing else changes
-    admitted = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_admit=1))
+    admitted = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_admit=1))[0]
     assert list(admitted - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
     assert int(admitted.argmax()) == 0
     # a share of the prior for the speakers the question does not name
-    shared = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(other_speaker_share=0.5))
+    shared = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(other_speaker_share=0.5))[0]
     assert list(shared - before) == pytest.approx([bonus / 2, 0.0, bonus / 2, 0.0])
     # the cap: the bonus also for what outscores every one of Ana's turns (Ben's race), by more than its margin
-    capped = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_cap=True))
+    capped = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_cap=True))[0]
     assert list(capped - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
     lead = float(without[0] - max(without[1], without[3]))  # Ben's race over Ana's best turn
     assert lead > 0.05
     wide = ScoringPolicy(speaker_cap=True, speaker_cap_margin=lead + 0.01)
-    assert list(row_scores(rows, vector, keyword, plain, analysis, wide)) == pytest.approx(list(before))
+    assert list(scored_rows(rows, vector, keyword, plain, analysis, wide)[0]) == pytest.approx(list(before))
     # the gate: another speaker's best leads Ana's best by more than the gate, so the question is read as
     # naming the wrong person and every turn gets the bonus (the order before the prior); a wider gate: the prior
-    gated = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead - 0.01))
+    gated = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead - 0.01))[0]
     assert list(gated - without) == pytest.approx([bonus] * 4)
-    kept = row_scores(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead + 0.01))
+    kept = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead + 0.01))[0]
     assert list(kept) == pytest.approx(list(before))
