@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+import numpy as np
+
 from memory.models import Episode, Message
 from memory.text import message_line
 from memory.timeutil import format_date, to_utc
@@ -37,6 +39,7 @@ from retrieval.names import named_in
 from retrieval.pending import is_pending
 from retrieval.scoring import ScoringPolicy, score_messages
 from retrieval.search import Searcher
+from retrieval.spread import spread_order
 from retrieval.types import Citation, ContextQuery, ContextResult
 
 TokenCounter = Callable[[str], int]
@@ -61,6 +64,14 @@ class PackingPolicy(ScoringPolicy):
     # The best matches before the speaker prior (whoever said them) come first, until they hold this share of
     # the budget; the rest by the full score: a question naming the wrong person still gets the real statement.
     plain_share: float = 0.0
+    # What is already packed lowers the rest (retrieval.spread; issue 29, long chats): by ``redundancy`` x the
+    # greatest cosine with a packed message of another episode (counted above ``redundancy_floor`` only, scaled
+    # to 1 for an exact repeat), and by ``day_spread`` x the messages packed from other episodes of that day.
+    redundancy: float = 0.0
+    redundancy_floor: float = 0.0
+    episode_spread: float = 0.0  # ... and by this x the messages already packed from its own episode
+    length_penalty: float = 0.0  # ... and by this x its length in hundreds of characters
+    day_spread: float = 0.0
     titles: bool = False  # a header per piece, with the episode's title
 
     def at_budget(self, budget: int) -> PackingPolicy:
@@ -180,7 +191,7 @@ class ContextBuilder:
         whole_group = policy.select == "group" and self._searcher.group_rows(group_id, fresh=True) is not None
         analysis = self._searcher.analyse(group_id, query, policy)
         candidates = [] if whole_group else self._searcher.candidates(group_id, query, analysis, depth=policy.depth)
-        ranked, plain = self._rank(group_id, candidates, query, analysis, policy)
+        ranked, plain, values, vectors = self._rank(group_id, candidates, query, analysis, policy)
         days = policy.day_headers and not policy.titles
         packer = _Packer(self, days=days)
         # The reserved share first: the best matches before the speaker prior, in their order, until they hold
@@ -190,8 +201,23 @@ class ContextBuilder:
             if packer.tokens >= reserved:
                 break
             packer.add(piece, index, query.token_budget)
-        for piece, index in ranked:
-            packer.add(piece, index, query.token_budget)
+        if policy.redundancy or policy.day_spread or policy.episode_spread or policy.length_penalty:
+            spread_order(
+                values,
+                [piece.episode.uuid for piece, _i in ranked],
+                [day_header(piece.messages[i].timestamp) for piece, i in ranked],
+                vectors,
+                redundancy=policy.redundancy,
+                day_spread=policy.day_spread,
+                floor=policy.redundancy_floor,
+                episode_spread=policy.episode_spread,
+                lengths=[len(piece.messages[i].content) for piece, i in ranked],
+                length_penalty=policy.length_penalty,
+                take=lambda n: packer.add(*ranked[n], query.token_budget),
+            )
+        else:
+            for piece, index in ranked:
+                packer.add(piece, index, query.token_budget)
         ordered = sorted(packer.chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
@@ -231,14 +257,22 @@ class ContextBuilder:
         query: ContextQuery,
         analysis: QueryAnalysis,
         policy: PackingPolicy,
-    ) -> tuple[list[tuple[_Piece, int]], list[tuple[_Piece, int]]]:
-        """Every message of the best episodes, best first (those a filter lets pass); and (``plain_share``)
-        the same by their score before the speaker prior."""
+    ) -> tuple[list[tuple[_Piece, int]], list[tuple[_Piece, int]], list[float], np.ndarray | None]:
+        """Every message of the best episodes, best first (those a filter lets pass); (``plain_share``) the
+        same by their score before the speaker prior; the scores of the first; (``redundancy``) their vectors."""
         ranked: list[tuple[float, float, _Piece, int]] = []
+        kept: dict[tuple[str, int], np.ndarray] = {}
         match = self._searcher.filter_match(group_id, query.filter) if query.filter is not None else None
         reserve = policy.plain_share > 0 and bool(analysis.named)
         scored_episodes = score_messages(
-            self._searcher, group_id, candidates, query, analysis, policy, plain_episodes=reserve
+            self._searcher,
+            group_id,
+            candidates,
+            query,
+            analysis,
+            policy,
+            plain_episodes=reserve,
+            vectors=policy.redundancy > 0,
         )
         for scored in scored_episodes:
             piece = _Piece(scored.episode, scored.messages, set())
@@ -247,9 +281,17 @@ class ContextBuilder:
                 for i, score in enumerate(scored.scores)
                 if math.isfinite(score) and (match is None or match.message(scored.messages[i], scored.episode))
             ]
+            if scored.vectors is not None:
+                kept |= {(scored.episode.uuid, i): vector for i, vector in enumerate(scored.vectors)}
         by_score = sorted(ranked, key=lambda item: (-item[0], item[2].episode.uuid, item[3]))
         by_plain = sorted(ranked, key=lambda item: (-item[1], item[2].episode.uuid, item[3])) if reserve else []
-        return [(piece, i) for _s, _p, piece, i in by_score], [(piece, i) for _s, _p, piece, i in by_plain]
+        vectors = np.stack([kept[(p.episode.uuid, i)] for _s, _p, p, i in by_score]) if kept and by_score else None
+        return (
+            [(piece, i) for _s, _p, piece, i in by_score],
+            [(piece, i) for _s, _p, piece, i in by_plain],
+            [score for score, _p, _piece, _i in by_score],
+            vectors,
+        )
 
 
 class _Packer:
@@ -270,12 +312,12 @@ class _Packer:
     def tokens(self) -> int:
         return self._builder._tokens(self.chars, self.wordpieces)
 
-    def add(self, piece: _Piece, index: int, limit: int) -> None:
-        """Add message ``index`` of ``piece`` if the text stays within ``limit`` tokens."""
+    def add(self, piece: _Piece, index: int, limit: int) -> bool:
+        """Add message ``index`` of ``piece`` if the text stays within ``limit`` tokens (True: added)."""
         uuid = piece.episode.uuid
         current = self.chosen.get(uuid)
         if current is not None and index in current.chosen:
-            return
+            return False
         trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
         cost = self._costs.of(trial)
         before = self._piece_cost.get(uuid, (0, 0))
@@ -286,7 +328,7 @@ class _Packer:
             extra = self._builder._day_change(self._per_day, self._day_of.get(uuid), day)
             chars, wordpieces = chars + extra[0], wordpieces + extra[1]
         if self._builder._tokens(chars, wordpieces) > limit:
-            return
+            return False
         if moves:
             if uuid in self._day_of:
                 self._per_day[self._day_of[uuid]] -= 1
@@ -295,3 +337,4 @@ class _Packer:
         self.chosen[uuid] = trial
         self._piece_cost[uuid] = cost
         self.chars, self.wordpieces = chars, wordpieces
+        return True

@@ -92,6 +92,7 @@ class ScoredEpisode:
     messages: list[Message]  # the episode's source messages, in event-time order
     scores: list[float]  # one per message; -inf outside the query's sessions or time window
     plain: list[float]  # the same scores without what the speaker prior added
+    vectors: np.ndarray | None = None  # (with ``vectors``) one unit vector per message (zeros: none)
 
 
 def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_days: float) -> float:
@@ -130,10 +131,12 @@ def score_messages(
     loaded: Loaded | None = None,
     *,
     plain_episodes: bool = False,
+    vectors: bool = False,
 ) -> list[ScoredEpisode]:
     """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores
     (``loaded``: episodes and vectors the caller already read); with ``plain_episodes``, also (after them)
-    the ``policy.max_episodes`` episodes that hold the best scores without the speaker prior."""
+    the ``policy.max_episodes`` episodes that hold the best scores without the speaker prior; with ``vectors``,
+    each message's unit vector."""
     rows = source.group_rows(group_id) if policy.select == "group" else None
     whole_group = rows is not None
     if rows is None:
@@ -154,7 +157,14 @@ def score_messages(
     for number in chosen:
         span = range(starts[number], starts[number + 1])
         messages = [rows.messages[i] for i in span]
-        scored.append(ScoredEpisode(rows.episodes[number], messages, scores[span].tolist(), plain[span].tolist()))
+        found = ScoredEpisode(rows.episodes[number], messages, scores[span].tolist(), plain[span].tolist())
+        if vectors:
+            pointers = rows.message_vectors[starts[number] : starts[number + 1]]
+            dimension = rows.matrix.shape[1] if rows.matrix.ndim == 2 else 0
+            found.vectors = np.zeros((len(pointers), dimension), dtype=np.float32)
+            if len(rows.matrix):
+                found.vectors[pointers >= 0] = rows.matrix[pointers[pointers >= 0]]
+        scored.append(found)
     return scored
 
 

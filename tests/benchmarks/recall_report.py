@@ -248,17 +248,15 @@ def prefix_questions(sample: Sample, share: float = 0.5) -> tuple[Any, list[tupl
     return cut, [q for q in scored_questions(sample) if set(q[2]) <= before]
 
 
-def prefix_table(samples: Sequence[Sample], context: Callable[..., Any], budget: int = 1000) -> str:
+def prefix_figures(
+    samples: Sequence[Sample], context: Callable[..., Any], budget: int = 1000
+) -> dict[str, tuple[int, float, float]]:
     """For each conversation: the questions answered in its first half, asked of the whole chat and of
-    its first half only (a scope that ends there). The difference is what the second half costs them:
-    distractors said later."""
+    its first half only (a scope that ends there): (how many, recall of the whole chat, of the first half).
+    The difference is what the second half costs them: distractors said later."""
     from locomo import evidence_recall
 
-    lines = [
-        f"| conversation | questions on the first half | whole chat @{budget:,} | first half only @{budget:,} "
-        "| cost of the rest |",
-        "|---|---|---|---|---|",
-    ]
+    found = {}
     for sample in samples:
         cut, asked = prefix_questions(sample)
         whole, half = [], []
@@ -268,6 +266,34 @@ def prefix_table(samples: Sequence[Sample], context: Callable[..., Any], budget:
                 cited = {m for citation in result.citations for m in citation.message_ids}
                 values.append(evidence_recall(evidence, cited))
         if asked:
-            w, h = statistics.fmean(whole), statistics.fmean(half)
-            lines.append(f"| {sample.sample_id} | {len(asked)} | {w:.3f} | {h:.3f} | {w - h:+.3f} |")
+            found[sample.sample_id] = (len(asked), statistics.fmean(whole), statistics.fmean(half))
+    return found
+
+
+def prefix_table(figures: dict[str, tuple[int, float, float]], budget: int = 1000) -> str:
+    """prefix_figures as a table, one row per conversation."""
+    lines = [
+        f"| conversation | questions on the first half | whole chat @{budget:,} | first half only @{budget:,} "
+        "| cost of the rest |",
+        "|---|---|---|---|---|",
+    ]
+    for sample_id, (count, w, h) in figures.items():
+        lines.append(f"| {sample_id} | {count} | {w:.3f} | {h:.3f} | {w - h:+.3f} |")
+    return "\n".join(lines)
+
+
+def prefix_cost_table(per_variant: dict[str, dict[str, tuple[int, float, float]]]) -> str:
+    """The cost of the rest (whole chat minus first half only) per variant and conversation, and its mean
+    over the questions of all of them (questions: those on the first half)."""
+    columns = list(next(iter(per_variant.values())))
+    lines = [
+        "| variant | " + " | ".join(columns) + " | all: whole / first half / cost |",
+        "|---|" + "---|" * (len(columns) + 1),
+    ]
+    for name, figures in per_variant.items():
+        count = sum(figures[c][0] for c in columns)
+        whole = sum(figures[c][0] * figures[c][1] for c in columns) / count
+        half = sum(figures[c][0] * figures[c][2] for c in columns) / count
+        cells = [f"{figures[c][1] - figures[c][2]:+.3f}" for c in columns]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {whole:.3f} / {half:.3f} / {whole - half:+.3f} |")
     return "\n".join(lines)

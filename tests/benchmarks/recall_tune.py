@@ -116,6 +116,21 @@ VARIANTS: dict[str, PackingPolicy] = {
     "default + plain share 0.02": replace(BASE, plain_share=0.02),
     "plain share 0.1 without the cap": replace(BASE, plain_share=0.1, speaker_cap=False, cap_budget=None),
     "plain share 0.2 without the cap": replace(BASE, plain_share=0.2, speaker_cap=False, cap_budget=None),
+    # issue 29, long chats: what is already packed lowers the rest (retrieval.spread)
+    "redundancy 0.1": replace(BASE, redundancy=0.1),
+    "redundancy 0.2": replace(BASE, redundancy=0.2),
+    "redundancy 0.4": replace(BASE, redundancy=0.4),
+    "day spread 0.02": replace(BASE, day_spread=0.02),
+    "day spread 0.05": replace(BASE, day_spread=0.05),
+    "day spread 0.1": replace(BASE, day_spread=0.1),
+    "near-duplicates 0.7 by 0.3": replace(BASE, redundancy=0.3, redundancy_floor=0.7),
+    "near-duplicates 0.8 by 0.3": replace(BASE, redundancy=0.3, redundancy_floor=0.8),
+    "near-duplicates 0.8 by 1.0": replace(BASE, redundancy=1.0, redundancy_floor=0.8),
+    "near-duplicates 0.9 by 1.0": replace(BASE, redundancy=1.0, redundancy_floor=0.9),
+    "episode spread 0.02": replace(BASE, episode_spread=0.02),
+    "episode spread 0.05": replace(BASE, episode_spread=0.05),
+    "length 0.02": replace(BASE, length_penalty=0.02),
+    "length 0.05": replace(BASE, length_penalty=0.05),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
@@ -238,6 +253,7 @@ def print_loo(
     *,
     search: bool = True,
     rrf_cache: Path | None = None,
+    prefix_all: bool = False,
 ) -> dict[str, Any]:
     outcome = run(services, datasets, variants or VARIANTS)
     results, held = outcome["results"], outcome["held"]
@@ -261,13 +277,18 @@ def print_loo(
         memo = outcome["memos"][dataset]
         print(f"\n### {dataset}: recall against chat length\n")
         print(recall_report.length_table(samples, held, rrf, memo.group_rows))
-        builder = ContextBuilder(searcher=memo, count_wordpieces=shared_counter(services[dataset]), policy=BASE)
-        print(f"\n### {dataset}: what the second half of a chat costs the questions about its first half (default)\n")
-        print(
-            recall_report.prefix_table(
+        costs = {}
+        for name in results if prefix_all else ["default"]:
+            policy = (variants or VARIANTS)[name]
+            builder = ContextBuilder(searcher=memo, count_wordpieces=shared_counter(services[dataset]), policy=policy)
+            costs[name] = recall_report.prefix_figures(
                 samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end))
             )
-        )
+        print(f"\n### {dataset}: what the second half of a chat costs the questions about its first half (default)\n")
+        print(recall_report.prefix_table(costs["default"]))
+        if prefix_all:
+            print(f"\n### {dataset}: the cost of the rest (1,000 tokens) under each variant\n")
+            print(recall_report.prefix_cost_table(costs))
     if search:
         search_table(datasets, outcome["memos"])
     return outcome
@@ -323,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="the short datasets of recall.py --quick")
     parser.add_argument("--search-only", action="store_true", help="only the search table (SEARCH_VARIANTS)")
     parser.add_argument("--no-search", action="store_true", help="leave the search table out")
+    parser.add_argument("--prefix-all", action="store_true", help="the cost of the rest under every variant")
     parser.add_argument("--rrf-cache", type=Path, default=None, help="JSON file keeping the single-turn RRF figures")
     args = parser.parse_args(argv)
 
@@ -349,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             {n: VARIANTS[n] for n in ["default", *names] if n in VARIANTS},
             search=not args.no_search,
             rrf_cache=args.rrf_cache,
+            prefix_all=args.prefix_all,
         )
     finally:
         for service in opened.values():

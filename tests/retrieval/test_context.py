@@ -263,3 +263,28 @@ def test_the_best_message_is_found_outside_the_best_ranked_episodes(make_service
 
     assert all(m.startswith("a") for m in cited("episodes"))  # the best-ranked episode is the garden talk
     assert "b1" in cited("group")  # scoring every message finds the exact turn
+
+
+def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id: str) -> None:
+    # A long chat: the same remark comes back on later days; what was said once, early, matches a little less.
+    # Sessions a day apart, one per day: each is its own episode and its own date line.
+    remark = "That bowl you made in pottery class is lovely!"
+    days = [[("Ben", "Ana made the black and white bowl herself, in her pottery class.")]]
+    days += [[("Ben", f"{remark} {tail}")] for tail in ("Really.", "Truly.", "Honestly.", "So nice.")]
+    for day, lines in enumerate(days):
+        service.add_messages(
+            group_id, f"day-{day}", builders.turns(lines, prefix=f"d{day}-", start=T0 + timedelta(days=day))
+        )
+        service.flush(group_id, f"day-{day}")
+    query = ContextQuery(query="That bowl from pottery class is lovely", token_budget=75)  # room for three
+
+    def cited(**spread: float) -> list[str]:
+        builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(**spread))
+        result = builder.build(group_id, query)
+        assert result.tokens <= query.token_budget
+        return [m for c in result.citations for m in c.message_ids]
+
+    plain = cited()
+    assert "d0-0" not in plain and len(plain) >= 2  # the repeats fill the budget
+    assert "d0-0" in cited(redundancy=0.5)  # a repeat of what is packed yields to what adds something
+    assert cited(day_spread=0.5) == plain  # every message is alone on its day: nothing to spread
