@@ -47,11 +47,19 @@ def spread_order(
     per_day: Counter[tuple[str, str]] = Counter()  # (day, episode) -> packed messages
     day_total: Counter[str] = Counter()
     per_episode: Counter[str] = Counter()
-    heap = [(-float(score), n, -1) for n, score in enumerate(scores)]
+    static = [
+        float(score) - (length_penalty * lengths[n] / 100 if length_penalty else 0.0) for n, score in enumerate(scores)
+    ]
+    if not (redundancy or day_spread or episode_spread):  # nothing depends on what is packed: one sort
+        for n in sorted(range(len(static)), key=lambda n: (-static[n], n)):
+            if take(n):
+                packed.append(n)
+        return packed
+    heap = [(-value, n, 0) for n, value in enumerate(static)]
     heapq.heapify(heap)
 
     def lowered(n: int) -> float:
-        value = float(scores[n]) - (length_penalty * lengths[n] / 100 if length_penalty else 0.0)
+        value = static[n]
         if day_spread:
             value -= day_spread * (day_total[days[n]] - per_day[(days[n], episodes[n])])
         if episode_spread:
@@ -65,7 +73,7 @@ def spread_order(
 
     while heap:
         value, n, seen = heapq.heappop(heap)
-        if seen != len(packed):  # packed has grown since this value was computed (-1: never computed)
+        if seen != len(packed):  # packed has grown since this value was computed
             fresh = lowered(n)
             if fresh < -value:
                 heapq.heappush(heap, (-fresh, n, len(packed)))

@@ -129,7 +129,8 @@ VARIANTS: dict[str, PackingPolicy] = {
     "near-duplicates 0.9 by 1.0": replace(BASE, redundancy=1.0, redundancy_floor=0.9),
     "episode spread 0.02": replace(BASE, episode_spread=0.02),
     "episode spread 0.05": replace(BASE, episode_spread=0.05),
-    "length 0.02": replace(BASE, length_penalty=0.02),
+    "length 0.02": replace(BASE, length_penalty=0.02),  # the default since issue 29's fourth pass
+    "no length penalty (before)": replace(BASE, length_penalty=0.0),
     "length 0.05": replace(BASE, length_penalty=0.05),
 }
 SEARCH_BASE = SEARCH_POLICY
