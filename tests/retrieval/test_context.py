@@ -278,7 +278,7 @@ def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id
         service.flush(group_id, f"day-{day}")
     query = ContextQuery(query="That bowl from pottery class is lovely", token_budget=75)  # room for three
 
-    def cited(**spread: float) -> list[str]:
+    def cited(**spread: float) -> list[str]:  # the default length penalty holds in every case
         builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(**spread))
         result = builder.build(group_id, query)
         assert result.tokens <= query.token_budget
@@ -286,5 +286,8 @@ def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id
 
     plain = cited()
     assert "d0-0" not in plain and len(plain) >= 2  # the repeats fill the budget
-    assert "d0-0" in cited(redundancy=0.5)  # a repeat of what is packed yields to what adds something
-    assert cited(day_spread=0.5) == plain  # every message is alone on its day: nothing to spread
+    # A repeat of what is packed yields to what adds something: the repeats are at cosine 0.98-1.0 with each other,
+    # the early message at 0.70 with them, so only likeness above a floor of 0.8 counts.
+    assert "d0-0" in cited(redundancy=1.0, redundancy_floor=0.8)
+    assert "d0-0" not in cited(redundancy=1.0)  # without the floor the early message is lowered as much
+    assert cited(day_spread=2.0) == plain  # every message is alone on its day: nothing to spread
