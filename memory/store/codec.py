@@ -27,12 +27,6 @@ from memory.timeutil import from_epoch, to_epoch
 REGISTRY = "epm-registry"
 PARTITION_PREFIX = "epm-p-"  # memory.store.connection keeps these collections in an engine of their own
 GROUP_RECORD_ID = "group"
-# The group index's HNSW graph is built with a shorter candidate list than Chroma's default of 100: an
-# insert costs about a third less CPU and grows less with the index (creating 10,000 partitions of 20
-# records: each insert goes into a graph of up to 200,000 vectors), for a recall of the group-wide
-# top 50 measured against exact neighbours (docs/benchmarks-speed.md, "Partitions and ingest into a
-# big group"). Chroma fixes it when it creates a collection: indexes created before keep theirs.
-INDEX_CONSTRUCTION_EF = 50
 PLACEHOLDER: Any = [0.0]
 
 
@@ -265,6 +259,5 @@ def vector_collection_metadata(kind: str, group_id: str, session_id: str | None,
             "session_id": session_id,
             "epimem_model": model_id,
             "hnsw:space": "cosine",
-            "hnsw:construction_ef": INDEX_CONSTRUCTION_EF if kind == "index" else None,
         }
     )
