@@ -381,9 +381,9 @@ def _speakers(snapshot: GroupSnapshot) -> frozenset[str]:
     if snapshot.messages is not None:
         return frozenset(message.speaker.casefold() for message in snapshot.messages.values())
     message = KIND_CODE[RecordKind.MESSAGE.value]
-    return frozenset(
-        snapshot.producers[p].casefold() for p in np.flatnonzero(snapshot.kinds == message) if snapshot.producers[p]
-    )
+    positions = np.flatnonzero(snapshot.kinds == message).tolist()
+    names = set(map(snapshot.producers.__getitem__, positions))  # interned: a handful of distinct strings
+    return frozenset(name.casefold() for name in names if name)
 
 
 def _speaker_names(snapshot: GroupSnapshot, learned: dict[str, set[str]]) -> dict[str, set[str]]:

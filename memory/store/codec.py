@@ -20,7 +20,7 @@ import hashlib
 import json
 from typing import Any
 
-from memory.models import BoundaryReason, Episode, Message, MessageState, StoredMessage
+from memory.models import BoundaryReason, Episode, Message, MessageState, Role, StoredMessage
 from memory.store.filters import RecordFilter
 from memory.timeutil import from_epoch, to_epoch
 
@@ -201,9 +201,11 @@ def log_columns(messages: list[StoredMessage]) -> dict[str, Any]:
 
 
 def stored_from_log(group_id: str, document: str, metadata: dict[str, Any]) -> StoredMessage:
-    message = Message(
+    """A log record as the message it stores (validated when it was written: not again, which took a
+    third of reading a big group's candidate messages)."""
+    message = Message.model_construct(
         id=metadata["message_id"],
-        role=metadata["role"],
+        role=Role(metadata["role"]),
         content=document,
         timestamp=from_epoch(float(metadata["ts"])),
         producer_id=metadata.get("producer_id"),
@@ -211,7 +213,7 @@ def stored_from_log(group_id: str, document: str, metadata: dict[str, Any]) -> S
         metadata=json.loads(metadata["meta"]) if metadata.get("meta") else {},
     )
     boundary = metadata.get("boundary")
-    return StoredMessage(
+    return StoredMessage.model_construct(
         group_id=group_id,
         session_id=metadata["session_id"],
         message=message,

@@ -23,7 +23,6 @@ written before (a ``chroma`` database, no ``chroma-partitions``) keeps its one e
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import uuid
 from collections import OrderedDict
@@ -40,6 +39,7 @@ from chromadb.config import Settings as ChromaSettings
 
 from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
+from memory.store.allocator import bound_arenas, fill_fresh_memory, return_freed_memory
 from memory.store.codec import PARTITION_PREFIX
 from memory.store.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
@@ -211,7 +211,7 @@ class ChromaConnection:
                         del self._handles[name]
                 engine.restart()
                 self.restarts += 1
-            _return_freed_memory()
+            return_freed_memory()
         return True
 
     def erase(self, names: Iterable[str] = ()) -> ErasureReport | None:
@@ -285,6 +285,7 @@ def open_connection(
         return ChromaConnection(lambda: _server_client(host, port, ssl, timeout_s), max_open=max_open)
     lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
     fill_fresh_memory()
+    bound_arenas()
     path = (Path(data_dir) / "chroma").resolve()
     with _EMBEDDED_LOCK:
         connection = _EMBEDDED.get(str(path))
@@ -335,36 +336,6 @@ def _server_client(host: str, port: int, ssl: bool, timeout_s: float) -> ClientA
     if isinstance(session, httpx.Client):
         session.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0))
     return client
-
-
-_M_PERTURB = -6  # glibc mallopt parameter
-_FILL = 0xFF  # freed blocks are set to 0xFF, blocks malloc hands out to ~0xFF = 0x00
-
-
-def fill_fresh_memory() -> bool:
-    """Make every block glibc's malloc hands out hold zeros, not what was freed there before.
-
-    The engine saves each vector index from preallocated buffers (hnswlib ``malloc``s its capacity
-    and writes all of it), and it saves them again while serving, on a collection's first read
-    after a start. The unused part held whatever this process had freed there — measured: deleted
-    messages, titles and group descriptions, written 10-40 ms after the delete answered. With
-    ``M_PERTURB`` that part holds zeros (and freed blocks are overwritten at once). Costs one
-    memset per allocation and free. False where the C library is not glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.mallopt(_M_PERTURB, _FILL))
-
-
-def _return_freed_memory() -> None:
-    """glibc keeps freed heap pages for reuse; the engine's indexes are freed in many pieces, so
-    without a trim resident memory barely drops (measured: 394 vs 220 MB after 300 partitions)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: nothing to trim
-        return
-    libc.malloc_trim(0)
 
 
 def _stop_embedded(path: str, opened: set[str] | None = None) -> None:
