@@ -119,7 +119,10 @@ def patch(
     if full:
         if any(record.embedding is None for record in new):
             return None
-        dimension = snapshot.directions.shape[1] if snapshot.directions is not None else 0
+        # An empty group read without a vector has no dimension yet: its new records tell it.
+        kept_directions = snapshot.directions if snapshot.directions is not None else np.zeros((0, 0))
+        embedding = new[0].embedding if new else None
+        dimension = kept_directions.shape[1] if len(kept_directions) else len(embedding) if embedding is not None else 0
         total = (len(snapshot) - len(removed) + len(new)) * (FULL_RECORD_BYTES + 4 * dimension)
         if total > full_group_bytes:
             return None
@@ -189,7 +192,7 @@ def patch(
         if moved:
             directions[[p for p, _ in moved]] = _directions([record for _, record in moved])
         if new:
-            directions = np.concatenate([directions, _directions(new)])
+            directions = np.concatenate([directions, _directions(new)]) if len(directions) else _directions(new)
         patched.directions = directions
     # The size estimate moves by what the patch changed, not by a walk over every row (a full snapshot of
     # 13,600 records: 155 ms a patch).

@@ -154,3 +154,26 @@ def test_patched_snapshots_and_keyword_indexes_equal_fresh_ones(
     finally:
         if other is not None:
             other.close()
+
+
+def test_a_group_read_while_empty_is_patched_with_its_first_vectors(
+    make_service: Callable[..., Epimem], backend: str
+) -> None:
+    """A group whose only session was deleted is read with no vector to tell the dimension; the next
+    write patches that empty snapshot (it failed: a 500 on the next read, and at close)."""
+    service = make_service()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    service.add_messages(group, "s1", messages(2, prefix="a-", text=lambda i: TEXT[i % 2]))
+    service.flush(group, "s1")
+    service.delete_session(group, "s1")
+    assert service.search(group, "the dog Rex", k=3) == []
+    stats = service.memory.store.vectors.snapshots.stats
+    extensions = stats().extensions
+    service.add_messages(group, "s2", messages(2, prefix="b-", text=lambda i: TEXT[i % 2]))
+    hits = service.search(group, "the dog Rex", k=3)
+    assert hits and {hit.episode.session_id for hit in hits} == {"s2"}
+    if backend == "embedded":  # patched, not read again
+        assert stats().extensions > extensions
+    patched = service.memory.store.vectors.snapshot(group)
+    fresh = open_store(service.memory.store.connection, model_id=service.memory.store.model_id).vectors.snapshot(group)
+    assert by_record(patched) == by_record(fresh)
