@@ -203,23 +203,20 @@ class ContextBuilder:
             if packer.tokens >= reserved:
                 break
             packer.add(piece, index, query.token_budget)
-        if policy.redundancy or policy.day_spread or policy.episode_spread or policy.length_penalty:
-            spread_order(
-                values,
-                [piece.episode.uuid for piece, _i in ranked],
-                [day_header(piece.messages[i].timestamp) for piece, i in ranked],
-                vectors,
-                redundancy=policy.redundancy,
-                day_spread=policy.day_spread,
-                floor=policy.redundancy_floor,
-                episode_spread=policy.episode_spread,
-                lengths=[len(piece.messages[i].content) for piece, i in ranked],
-                length_penalty=policy.length_penalty,
-                take=lambda n: packer.add(*ranked[n], query.token_budget),
-            )
-        else:
-            for piece, index in ranked:
-                packer.add(piece, index, query.token_budget)
+        # With every penalty off this offers ``ranked`` in its own order (it is sorted by score, ties by position).
+        spread_order(
+            values,
+            [piece.episode.uuid for piece, _i in ranked],
+            [day_header(piece.messages[i].timestamp) for piece, i in ranked],
+            vectors,
+            redundancy=policy.redundancy,
+            day_spread=policy.day_spread,
+            floor=policy.redundancy_floor,
+            episode_spread=policy.episode_spread,
+            lengths=[len(piece.messages[i].content) for piece, i in ranked],
+            length_penalty=policy.length_penalty,
+            take=lambda n: packer.add(*ranked[n], query.token_budget),
+        )
         ordered = sorted(packer.chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
