@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from memory.store.row_buffer import RowBuffer, appended
+
 _STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
 
 
@@ -66,6 +68,8 @@ class Postings:
     lengths: np.ndarray  # float32, one per record
     ordered: int = 0
     starts: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    # What docs, tokens and counts view, with room for the entries later writes add (no copy per write).
+    buffers: tuple[RowBuffer, RowBuffer, RowBuffer] | None = None
 
     @classmethod
     def of(cls, texts: Sequence[str], vocabulary: dict[str, int] | None = None) -> Postings:
@@ -113,7 +117,9 @@ class Postings:
         lengths[kept] = self.lengths[old_of_new[kept]]
         if len(kept) == len(self.lengths) and np.array_equal(old_of_new[kept], kept):
             # Every record kept where it was (writes only added): the entries stay as they are.
-            return Postings(self.vocabulary, self.docs, self.tokens, self.counts, lengths, self.ordered, self.starts)
+            return Postings(
+                self.vocabulary, self.docs, self.tokens, self.counts, lengths, self.ordered, self.starts, self.buffers
+            )
         new_of_old = np.full(len(self.lengths), -1, dtype=np.int64)
         new_of_old[old_of_new[kept]] = kept
         moved = new_of_old[self.docs] if len(self.docs) else np.zeros(0, dtype=np.int64)
@@ -152,14 +158,27 @@ class Postings:
         where = positions.astype(np.int32)
         lengths_all = self.lengths.copy()
         lengths_all[where] = lengths
-        grown = (
-            np.concatenate([self.docs, where[docs]]),
-            np.concatenate([self.tokens, tokens]),
-            np.concatenate([self.counts, counts]),
+        added = (where[docs], tokens, counts)
+        entries = len(self.docs) + len(docs)
+        if entries - self.ordered > max(TAIL_MIN, entries // TAIL_SHARE):
+            docs_all, tokens_all, counts_all = (np.concatenate(pair) for pair in zip(self.entries, added, strict=True))
+            return _sorted(self.vocabulary, docs_all, tokens_all, counts_all, lengths_all)
+        buffers = self.buffers or (None, None, None)
+        grown = [appended(old, kept, new) for old, kept, new in zip(self.entries, buffers, added, strict=True)]
+        return Postings(
+            self.vocabulary,
+            grown[0][0],
+            grown[1][0],
+            grown[2][0],
+            lengths_all,
+            self.ordered,
+            self.starts,
+            (grown[0][1], grown[1][1], grown[2][1]),
         )
-        if len(grown[0]) - self.ordered > max(TAIL_MIN, len(grown[0]) // TAIL_SHARE):
-            return _sorted(self.vocabulary, *grown, lengths_all)
-        return Postings(self.vocabulary, *grown, lengths_all, self.ordered, self.starts)
+
+    @property
+    def entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.docs, self.tokens, self.counts
 
     def _entries_of(self, token: int, tail: np.ndarray, tail_tokens: np.ndarray) -> np.ndarray:
         found = np.arange(0)

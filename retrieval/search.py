@@ -11,6 +11,7 @@ the read path loops over sessions.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from memory.store.records import (
     is_open_episode_id,
     message_record_id,
 )
+from memory.store.snapshot_patch import Patch
 from memory.timeutil import utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.analysis import Query, QueryAnalysis, analyse
@@ -97,7 +99,7 @@ class Searcher:
         """The group's speakers (casefolded: a message's producer id, else its role), kept with its snapshot;
         a group too large for a full snapshot knows them by producer id."""
         snapshot = self.snapshot(group_id)
-        return snapshot.derived("speakers", lambda: _speakers(snapshot))
+        return snapshot.derived("speakers", lambda: GroupSpeakers(snapshot)).names
 
     def embed_query(self, query: str) -> np.ndarray:
         embed = getattr(self._embedder, "embed_query", None)
@@ -275,6 +277,10 @@ class Searcher:
             episodes = {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
             vectors = {e: vector for e in episodes if (vector := snapshot.direction(e)) is not None}
             return opened | episodes, vectors
+        if snapshot.directions is not None:  # past the full bound, its vectors kept: the episodes read alone
+            episodes = self._kept_or_read(snapshot, episode_ids)
+            vectors = {e: vector for e in episodes if (vector := snapshot.direction(e)) is not None}
+            return opened | episodes, vectors
         records = self._vectors.records(group_id, ids=episode_ids, embeddings=True)
         records = [record for record in records if record.is_episode]
         episodes = {record.id: record.episode() for record in records}
@@ -287,7 +293,16 @@ class Searcher:
         snapshot = self.snapshot(group_id)
         if snapshot.full:
             return opened | {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
-        return opened | {e.uuid: e for e in self._vectors.episodes(group_id, ids=episode_ids)}
+        return opened | self._kept_or_read(snapshot, episode_ids)
+
+    def _kept_or_read(self, snapshot: GroupSnapshot, episode_ids: list[str]) -> dict[str, Episode]:
+        """Episodes by id for a snapshot without their metadata: those it keeps parsed, the others read
+        from Chroma (and kept)."""
+        episodes = {e: found for e in episode_ids if (found := snapshot.episode(e)) is not None}
+        missing = [e for e in episode_ids if e not in episodes]
+        read = self._vectors.episodes(snapshot.group_id, ids=missing) if missing else []
+        snapshot.keep_parsed(read)
+        return episodes | {e.uuid: e for e in read if e.uuid in missing}
 
     def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode | None:
         """An episode or summary of one session by id (or the session's open episode by its id)."""
@@ -334,6 +349,14 @@ class Searcher:
         snapshot = self.snapshot(group_id)
         if snapshot.full and snapshot.directions is not None:
             return message_rows(episodes, messages, snapshot.directions, snapshot.positions, snapshot.positions)
+        if snapshot.directions is not None:  # past the full bound, its vectors kept: those rows, gathered
+            ids = [e.uuid for e in episodes] + [
+                message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])
+            ]
+            present = [(i, p) for i in ids if (p := snapshot.positions.get(i)) is not None]
+            matrix = snapshot.directions[[p for _, p in present]]
+            vector_rows = {record_id: row for row, (record_id, _) in enumerate(present)}
+            return message_rows(episodes, messages, matrix, vector_rows, snapshot.positions)
         ids = [e.uuid for e in episodes if e.uuid not in known.vectors] + [
             message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])
         ]
@@ -377,11 +400,31 @@ class Searcher:
         return found
 
 
-def _speakers(snapshot: GroupSnapshot) -> frozenset[str]:
-    if snapshot.messages is not None:
-        return frozenset(message.speaker.casefold() for message in snapshot.messages.values())
+class GroupSpeakers:
+    """The group's speakers, kept with its snapshot; patched when a write only added records (the next
+    version's are these and the new messages' speakers), read again otherwise."""
+
+    def __init__(self, snapshot: GroupSnapshot, names: frozenset[str] | None = None) -> None:
+        self.names = names if names is not None else _speakers(snapshot, range(len(snapshot)))
+
+    def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> GroupSpeakers:
+        kept = patch.old_of_new >= 0
+        if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
+            return GroupSpeakers(snapshot)
+        return GroupSpeakers(snapshot, self.names | _speakers(snapshot, np.flatnonzero(~kept).tolist()))
+
+
+def _speakers(snapshot: GroupSnapshot, rows: Iterable[int]) -> frozenset[str]:
+    """The speakers of the messages among ``rows`` (casefolded: a message's producer id, else its role);
+    a group too large to keep its messages knows them by producer id."""
     message = KIND_CODE[RecordKind.MESSAGE.value]
-    positions = np.flatnonzero(snapshot.kinds == message).tolist()
+    positions = [p for p in rows if snapshot.kinds[p] == message]
+    if snapshot.messages is not None:
+        kept, ids = snapshot.messages, snapshot.ids
+        if len(positions) == len(snapshot.ids) or len(positions) > len(kept) // 2:
+            return frozenset(m.speaker.casefold() for m in kept.values())
+        found = (kept.get(ids[p]) for p in positions)
+        return frozenset(m.speaker.casefold() for m in found if m is not None)
     names = set(map(snapshot.producers.__getitem__, positions))  # interned: a handful of distinct strings
     return frozenset(name.casefold() for name in names if name)
 

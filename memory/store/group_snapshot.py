@@ -1,5 +1,6 @@
-"""One group's read snapshot: the columns of every record of its index, and (when "full") the records'
-metadata, unit vectors and the group's messages (memory.store.snapshots keeps them, per version)."""
+"""One group's read snapshot: the columns of every record of its index; when "full" also the records'
+metadata, unit vectors and the group's messages; for a group past that size limit but within a larger one,
+the unit vectors and messages without the metadata (memory.store.snapshots keeps them, per version)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ import numpy as np
 from memory.models import Episode, GroupConfiguration, Message, SessionInfo
 from memory.store import codec
 from memory.store.records import VectorRecord
+from memory.store.row_buffer import RowBuffer
 
 KINDS = ("episode", "summary", "message")
 # Bytes a full snapshot is estimated to hold per record beyond its vector (metadata, message): what
 # decides, from the group's count alone, whether it is read in full (memory.store.snapshots).
 FULL_RECORD_BYTES = 1600
+# The same for a group past that bound that still keeps its unit vectors and messages (not its records'
+# metadata, nor parsed episodes): a search then reads no message and no vector from Chroma or the log.
+VECTOR_RECORD_BYTES = 1000
 KIND_CODE = {kind: code for code, kind in enumerate(KINDS)}
 # Episodes a snapshot keeps parsed (least recently used out): ~2.8 KB each, outside the cache's byte
 # bound; a search parses a few hundred, a full group holds up to ~40,000 (~120 MB if all were kept).
@@ -54,7 +59,8 @@ class GroupSnapshot:
     # Each stored vector / float(np.linalg.norm(vector)), float32 (records x dimension): the read path's
     # unit(). Every reader wants directions, so the vectors as stored are not kept.
     directions: np.ndarray | None = None
-    messages: dict[str, Message] | None = None  # message record id -> message (full only)
+    messages: dict[str, Message] | None = None  # message record id -> message (kept with the directions)
+    row_buffer: RowBuffer | None = None  # what ``directions`` views, with room for appended rows
     nbytes: int = 0
     built_s: float = 0.0
     _episodes: OrderedDict[str, Episode] = field(default_factory=OrderedDict)
@@ -112,6 +118,15 @@ class GroupSnapshot:
             while len(self._episodes) > PARSED_EPISODES_KEPT:
                 self._episodes.popitem(last=False)
         return episode
+
+    def keep_parsed(self, episodes: Iterable[Episode]) -> None:
+        """Episodes read from Chroma for this snapshot (one past the full bound has no metadata to parse
+        them from), kept as those it parses are."""
+        with self._lock:
+            for episode in episodes:
+                self._episodes[episode.uuid] = episode
+            while len(self._episodes) > PARSED_EPISODES_KEPT:
+                self._episodes.popitem(last=False)
 
     def direction(self, record_id: str) -> np.ndarray | None:
         position = self.positions.get(record_id)

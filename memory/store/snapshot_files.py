@@ -3,7 +3,8 @@ after a start does not read the whole group back from Chroma and tokenize it aga
 
 The files live in ``<data folder>/read-snapshots/`` beside ``chroma/``, one per group, written when the
 service closes from the snapshots its read cache holds at the group's current version (columns, the
-group's configuration and sessions; for a full snapshot also metadata, unit vectors and messages; and
+group's configuration and sessions; for a full snapshot also metadata, unit vectors and messages (the
+vectors and messages alone for a group past the full bound that keeps them); and
 the derived structures that can be restored: the keyword index's postings).
 
 A file is never used when it could be stale. Embedded Chroma is written by one process per folder
@@ -48,7 +49,7 @@ from memory.store.group_snapshot import GroupSnapshot, Version, estimate_bytes
 
 FOLDER = "read-snapshots"
 CLAIMED = "read-snapshots.open"
-FORMAT = 2
+FORMAT = 3  # 3: the vectors and messages kept without the metadata past the full bound
 SUFFIX = ".snap"
 # A derived structure that can be kept on disk: ``arrays()`` gives its state; a restorer registered on
 # the cache under the same key (``SnapshotCache.restorers``) builds it again for a loaded snapshot.
@@ -183,8 +184,9 @@ class SnapshotFiles:
             "config": _text(snapshot.config.model_dump(mode="json") if snapshot.config is not None else None),
             "sessions": _text([info.model_dump(mode="json") for info in snapshot.sessions]),
         }
-        if snapshot.full and snapshot.metadatas is not None and snapshot.directions is not None:
+        if snapshot.full and snapshot.metadatas is not None:
             arrays["metadatas"] = _text(snapshot.metadatas)
+        if snapshot.directions is not None:
             arrays["directions"] = snapshot.directions
             messages = snapshot.messages or {}
             arrays["messages"] = _text({key: _message_row(message) for key, message in messages.items()})
@@ -226,9 +228,10 @@ def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], me
         config=GroupConfiguration.model_validate(config) if config is not None else None,
         sessions=[SessionInfo.model_validate(info) for info in _json(loaded, "sessions")],
     )
-    if "directions" in loaded:
+    if "metadatas" in loaded:
         snapshot.full = True
         snapshot.metadatas = _json(loaded, "metadatas")
+    if "directions" in loaded:
         snapshot.directions = np.array(loaded["directions"])  # writable, as a built one
         snapshot.messages = {key: _message(row) for key, row in _json(loaded, "messages").items()}
     snapshot.nbytes = estimate_bytes(snapshot)

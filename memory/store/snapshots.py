@@ -33,7 +33,14 @@ import numpy as np
 
 from memory.models import GroupConfiguration, Message, SessionInfo
 from memory.store import codec, versions
-from memory.store.group_snapshot import FULL_RECORD_BYTES, GroupSnapshot, Version, columns_snapshot, estimate_bytes
+from memory.store.group_snapshot import (
+    FULL_RECORD_BYTES,
+    VECTOR_RECORD_BYTES,
+    GroupSnapshot,
+    Version,
+    columns_snapshot,
+    estimate_bytes,
+)
 from memory.store.paging import pages
 from memory.store.snapshot_files import Restorer
 from memory.store.snapshot_patch import diff, inherit, patch
@@ -69,6 +76,7 @@ class SnapshotCache:
         max_bytes: int = 256 * 2**20,
         max_groups: int = 32,
         full_group_bytes: int | None = None,
+        vector_group_bytes: int = 512 * 2**20,
         recheck_s: float = 1.0,
         persist: bool = False,
     ) -> None:
@@ -76,6 +84,7 @@ class SnapshotCache:
         self.max_bytes = max_bytes
         self.max_groups = max_groups
         self.full_group_bytes = full_group_bytes if full_group_bytes is not None else max_bytes // 2
+        self.vector_group_bytes = vector_group_bytes
         self.recheck_s = recheck_s
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
@@ -262,7 +271,9 @@ class SnapshotCache:
         if changes is None:
             return None
         started = time.perf_counter()
-        found = patch(cached, changes, version, full_group_bytes=self.full_group_bytes)
+        found = patch(
+            cached, changes, version, full_group_bytes=self.full_group_bytes, vector_group_bytes=self.vector_group_bytes
+        )
         if found is None:
             return None
         snapshot, how = found
@@ -286,35 +297,37 @@ class SnapshotCache:
                 self.loads += 1
                 return loaded
         dimension = 0
-        full = count * FULL_RECORD_BYTES <= self.full_group_bytes
-        if full and index is not None and count:  # with the vectors: known from one record, not after reading all
+        vectors_kept = count * VECTOR_RECORD_BYTES <= self.vector_group_bytes
+        if vectors_kept and index is not None and count:  # the dimension from one record, not after reading all
             first = index.get(limit=1, include=["embeddings"])["embeddings"]
             dimension = len(first[0]) if first is not None and len(first) else 0
-            full = count * (FULL_RECORD_BYTES + 4 * dimension) <= self.full_group_bytes
+        full = count * (FULL_RECORD_BYTES + 4 * dimension) <= self.full_group_bytes
+        vectors_kept = full or count * (VECTOR_RECORD_BYTES + 4 * dimension) <= self.vector_group_bytes
         ids: list[str] = []
         documents: list[str] = []
         metadatas: list[dict[str, Any]] = []
         read: list[np.ndarray] = []  # the vectors, page by page
-        include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if full else [])
+        include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if vectors_kept else [])
         for page in pages(index, include) if index is not None else ():
             ids += page["ids"]
             documents += [document or "" for document in page["documents"] or []]
             metadatas += [dict(metadata or {}) for metadata in page["metadatas"] or []]
-            if full and page["ids"]:
+            if vectors_kept and page["ids"]:
                 vectors = np.asarray(page["embeddings"], dtype=np.float32)
                 dimension = vectors.shape[1]
                 read.append(vectors)
-        if full and count * (FULL_RECORD_BYTES + 4 * dimension) > self.full_group_bytes:
-            full, read = False, []
+        full = full and len(ids) * (FULL_RECORD_BYTES + 4 * dimension) <= self.full_group_bytes
+        if vectors_kept and len(ids) * (VECTOR_RECORD_BYTES + 4 * dimension) > self.vector_group_bytes and not full:
+            vectors_kept, read = False, []  # grew past the bound while it was read
         snapshot = columns_snapshot(group_id, version, ids, documents, metadatas)
         log = self._collections.log(group_id, create=False)
         if log is not None:
             snapshot.config, snapshot.sessions = _group_records(self._collections, log, group_id)
-        if full:
+        if vectors_kept:
             vectors = np.concatenate(read) if read else np.zeros((0, dimension), dtype=np.float32)
             read.clear()
-            snapshot.full = True
-            snapshot.metadatas = metadatas
+            snapshot.full = full
+            snapshot.metadatas = metadatas if full else None
             # Row by row, as unit() divides one vector by its norm: the same float32 values, in place.
             for position, row in enumerate(vectors):
                 vectors[position] = row / (float(np.linalg.norm(row)) or 1.0)

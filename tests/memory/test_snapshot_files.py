@@ -34,20 +34,24 @@ MARKER = "zqmarkerquokka"
 
 @pytest.fixture
 def start(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Callable[..., Epimem]]:
-    """``start(full=True)``: a service on one embedded folder as a new process would open it (the last
-    one closed, its engine stopped: this process's write counters start again from zero); ``full``
-    False: columns-only snapshots (episodes, vectors and messages read from Chroma per request)."""
+    """``start(tier="full")``: a service on one embedded folder as a new process would open it (the last
+    one closed, its engine stopped: this process's write counters start again from zero); "vectors": past
+    the full bound, the vectors and messages kept (episodes read from Chroma); "columns-only": episodes,
+    vectors and messages read from Chroma per request."""
     running: list[Epimem] = []
     folder = tmp_path / "data"
 
-    def make(*, full: bool = True) -> Epimem:
+    def make(*, tier: str = "full") -> Epimem:
         for service in running:
             service.close()
         running.clear()
         close_embedded(folder)
         running.append(Epimem.from_settings(Settings(data_dir=folder), background=False, embedder=embedder))
-        if not full:
-            running[0].memory.store.vectors.snapshots.full_group_bytes = 0
+        snapshots = running[0].memory.store.vectors.snapshots
+        if tier != "full":
+            snapshots.full_group_bytes = 0
+        if tier == "columns-only":
+            snapshots.vector_group_bytes = 0
         return running[0]
 
     yield make
@@ -83,10 +87,11 @@ def assert_equals_a_fresh_build(service: Epimem) -> None:
     kept = store.vectors.snapshot(GROUP, fresh=True)
     scratch = open_store(store.connection, model_id=store.model_id).vectors  # its own cache, read from Chroma
     scratch.snapshots.full_group_bytes = store.vectors.snapshots.full_group_bytes
+    scratch.snapshots.vector_group_bytes = store.vectors.snapshots.vector_group_bytes
     fresh = scratch.snapshot(GROUP)
     assert by_record(kept) == by_record(fresh)
     assert kept.ids == fresh.ids  # the stored order too
-    assert kept.full == fresh.full
+    assert kept.full == fresh.full and (kept.directions is None) == (fresh.directions is None)
     assert (kept.messages or {}) == (fresh.messages or {})
     assert (kept.config, kept.sessions) == (fresh.config, fresh.sessions)
     index, built = service.searcher.keywords.get(kept), KeywordIndex(fresh)
@@ -95,15 +100,16 @@ def assert_equals_a_fresh_build(service: Epimem) -> None:
         assert np.array_equal([ours[r] for r in theirs], list(theirs.values())), query
 
 
-@pytest.mark.parametrize("full", [True, False], ids=["full", "columns-only"])
-def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(start: Callable[..., Epimem], full: bool) -> None:
-    service = start(full=full)
+@pytest.mark.parametrize("tier", ["full", "vectors", "columns-only"])
+def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(start: Callable[..., Epimem], tier: str) -> None:
+    service = start(tier=tier)
     seed(service)
     expected = reads(service)
-    service = start(full=full)  # the last run kept its snapshot
+    service = start(tier=tier)  # the last run kept its snapshot
     assert reads(service) == expected
     cache = service.stats().read_cache
-    assert cache is not None and cache.loads == 1 and cache.full_groups == int(full)
+    assert cache is not None and cache.loads == 1 and cache.full_groups == int(tier == "full")
+    assert (service.memory.store.vectors.snapshot(GROUP).directions is None) == (tier == "columns-only")
     assert_equals_a_fresh_build(service)
 
 

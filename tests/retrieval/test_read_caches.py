@@ -71,15 +71,19 @@ def test_cached_reads_equal_uncached_reads(make_service: Callable[..., Epimem], 
     queries = ["Who is Miso?", "When is the trip to Lisbon?", "marathon Monday", "piano"]
     expected = [(cached.context(group_id, q, token_budget=300), cached.search(group_id, q, k=5)) for q in queries]
     assert cached.memory.store.vectors.snapshot(group_id).full
-    uncached.full_group_bytes = 0  # columns only: episodes, messages and vectors read from Chroma
-    uncached.forget()
-    assert not cached.memory.store.vectors.snapshot(group_id).full
-    for query, (context, hits) in zip(queries, expected, strict=True):
-        again = cached.context(group_id, query, token_budget=300)
-        assert (again.text, again.citations) == (context.text, context.citations)
-        assert [(h.episode.uuid, round(h.score, 9)) for h in cached.search(group_id, query, k=5)] == [
-            (h.episode.uuid, round(h.score, 9)) for h in hits
-        ]
+    # Past the full bound: the vectors and messages kept, the episodes read from Chroma; then columns only:
+    # episodes, messages and vectors read from Chroma.
+    for vector_group_bytes in (uncached.vector_group_bytes, 0):
+        uncached.full_group_bytes, uncached.vector_group_bytes = 0, vector_group_bytes
+        uncached.forget()
+        snapshot = cached.memory.store.vectors.snapshot(group_id)
+        assert not snapshot.full and (snapshot.directions is not None) == (vector_group_bytes > 0)
+        for query, (context, hits) in zip(queries, expected, strict=True):
+            again = cached.context(group_id, query, token_budget=300)
+            assert (again.text, again.citations) == (context.text, context.citations)
+            assert [(h.episode.uuid, round(h.score, 9)) for h in cached.search(group_id, query, k=5)] == [
+                (h.episode.uuid, round(h.score, 9)) for h in hits
+            ]
 
 
 def test_new_messages_are_seen_at_once(service: Epimem, group_id: str) -> None:
