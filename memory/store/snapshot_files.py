@@ -208,23 +208,23 @@ class SnapshotFiles:
 
 def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], meta: dict[str, Any]) -> GroupSnapshot:
     interned: dict[str, str] = {}
-    ids = _json(loaded, "ids")
+    ids = tuple(_json(loaded, "ids"))
     config = _json(loaded, "config")
     snapshot = GroupSnapshot(
         group_id=group_id,
         version=version,
         ids=ids,
         positions={record_id: position for position, record_id in enumerate(ids)},
-        documents=_json(loaded, "documents"),
+        documents=tuple(_json(loaded, "documents")),
         kinds=loaded["kinds"],
         session_codes=loaded["session_codes"],
         session_names=_json(loaded, "session_names"),
         timestamps=loaded["timestamps"],
-        episode_ids=_json(loaded, "episode_ids"),
-        message_ids=_json(loaded, "message_ids"),
-        producers=[interned.setdefault(text, text) for text in _json(loaded, "producers")],
-        produced_for=[interned.setdefault(text, text) for text in _json(loaded, "produced_for")],
-        titles=_json(loaded, "titles"),
+        episode_ids=tuple(_json(loaded, "episode_ids")),
+        message_ids=tuple(_json(loaded, "message_ids")),
+        producers=tuple(interned.setdefault(text, text) for text in _json(loaded, "producers")),
+        produced_for=tuple(interned.setdefault(text, text) for text in _json(loaded, "produced_for")),
+        titles=tuple(_json(loaded, "titles")),
         config=GroupConfiguration.model_validate(config) if config is not None else None,
         sessions=[SessionInfo.model_validate(info) for info in _json(loaded, "sessions")],
     )

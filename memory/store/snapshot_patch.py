@@ -91,7 +91,7 @@ def fold(snapshot: GroupSnapshot, changes: Sequence[Change]) -> dict[str, Vector
     return touched
 
 
-def _take(column: list[T], positions: list[int]) -> list[T]:
+def _take(column: Sequence[T], positions: list[int]) -> list[T]:
     if not positions:
         return []
     if len(positions) == 1:
@@ -181,7 +181,7 @@ def patch(
     at = np.asarray([p for p, _ in written], dtype=np.int64)
     split = len(written)
 
-    def column(old: list[T], fresh: list[T]) -> list[T]:  # one copy of the old column: 70,000 rows a write
+    def column(old: Sequence[T], fresh: Sequence[T]) -> list[T]:
         values = _take(old, kept_list) if removed else list(old)
         for offset, position in enumerate(at.tolist()):
             values[position] = fresh[offset]
@@ -193,7 +193,7 @@ def patch(
         values[at] = fresh[:split]
         return values
 
-    ids = column(snapshot.ids, added.ids)
+    ids = tuple(column(snapshot.ids, added.ids))
     patched = GroupSnapshot(
         group_id=snapshot.group_id,
         version=version,
@@ -201,16 +201,16 @@ def patch(
         positions={record_id: position for position, record_id in enumerate(ids)}
         if removed
         else {**positions, **{record.id: len(kept) + i for i, record in enumerate(new)}},
-        documents=column(snapshot.documents, added.documents),
+        documents=tuple(column(snapshot.documents, added.documents)),
         kinds=array(snapshot.kinds, added.kinds),
         session_codes=array(snapshot.session_codes, codes),
         session_names=list(index),
         timestamps=array(snapshot.timestamps, added.timestamps),
-        episode_ids=column(snapshot.episode_ids, added.episode_ids),
-        message_ids=column(snapshot.message_ids, added.message_ids),
-        producers=column(snapshot.producers, added.producers),
-        produced_for=column(snapshot.produced_for, added.produced_for),
-        titles=column(snapshot.titles, added.titles),
+        episode_ids=tuple(column(snapshot.episode_ids, added.episode_ids)),
+        message_ids=tuple(column(snapshot.message_ids, added.message_ids)),
+        producers=tuple(column(snapshot.producers, added.producers)),
+        produced_for=tuple(column(snapshot.produced_for, added.produced_for)),
+        titles=tuple(column(snapshot.titles, added.titles)),
         config=snapshot.config,
         sessions=snapshot.sessions,
         full=snapshot.full,

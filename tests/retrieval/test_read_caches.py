@@ -230,3 +230,33 @@ def test_another_servers_write_is_read_again_not_patched(
     finally:
         one.close()
         two.close()
+
+
+def test_a_group_past_the_full_bound_reads_no_message_or_vector_per_request(
+    service: Epimem, group_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the full bound a group keeps its vectors and messages (not its metadata): a search or a
+    context reads neither from Chroma nor from the log, also right after a write (patched in)."""
+    snapshots = service.memory.store.vectors.snapshots
+    snapshots.full_group_bytes = 0
+    seed(service, group_id)
+    reads: list[str] = []
+    for owner, name in (
+        (type(service.memory.store.vectors), "embeddings"),
+        (type(service.memory.store.log), "get_messages_of_sessions"),
+    ):
+        original = getattr(owner, name)
+
+        def counted(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            reads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    assert "Miso" in found_text(service, group_id, "kitten Miso")
+    snapshot = service.memory.store.vectors.snapshot(group_id)
+    assert not snapshot.full and snapshot.directions is not None and snapshot.messages
+    service.add_messages(group_id, "s1", chat("n", [("Ana", "Miso learned to open the fridge door.")], day=1))
+    assert "n0" in cited(service, group_id, "fridge door")
+    assert any(hit.episode.session_id == "s2" for hit in service.search(group_id, "train to Lisbon", k=3))
+    assert reads == []
+    assert snapshots.stats().extensions > 0
