@@ -14,11 +14,12 @@ WRITE_BATCH = 4000  # records per Chroma write (its embedded limit is a little o
 
 
 def pages(collection: Any, include: list[Any], **kwargs: Any) -> Iterator[Any]:
-    """Every record matching ``kwargs`` (e.g. ``where``), one ``get`` result of up to PAGE records at a time."""
-    offset = 0
-    while True:
-        page = collection.get(include=include, limit=PAGE, offset=offset, **kwargs)
-        yield page
-        if len(page["ids"]) < PAGE:
-            return
-        offset += PAGE
+    """Every record matching ``kwargs`` (e.g. ``where``), one ``get`` result of up to PAGE records at a time.
+
+    The matching ids are listed first (one ``get`` without documents), then read PAGE ids at a time:
+    paging by offset made Chroma filter and skip again for every page (a log of 63,000 records: 12.2 s
+    with ``where``, 6.2 s without, 3.2 s by ids; listing the ids 0.2 s), and a write landing between
+    two pages could shift a record out of both."""
+    ids = collection.get(include=[], **kwargs)["ids"]
+    for start in range(0, len(ids), PAGE):
+        yield collection.get(ids=ids[start : start + PAGE], include=include)
