@@ -76,7 +76,7 @@ class SnapshotCache:
         max_bytes: int = 256 * 2**20,
         max_groups: int = 32,
         full_group_bytes: int | None = None,
-        vector_group_bytes: int = 512 * 2**20,
+        vector_group_bytes: int | None = None,
         recheck_s: float = 1.0,
         persist: bool = False,
     ) -> None:
@@ -84,7 +84,9 @@ class SnapshotCache:
         self.max_bytes = max_bytes
         self.max_groups = max_groups
         self.full_group_bytes = full_group_bytes if full_group_bytes is not None else max_bytes // 2
-        self.vector_group_bytes = vector_group_bytes
+        # Past the full bound, a group within this one keeps its unit vectors and messages (not its
+        # records' metadata): a request then reads neither from Chroma nor from the log.
+        self.vector_group_bytes = vector_group_bytes if vector_group_bytes is not None else max_bytes
         self.recheck_s = recheck_s
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}

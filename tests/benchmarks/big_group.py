@@ -20,7 +20,8 @@ Measure (the default): a service started on the folder, then
     python tests/benchmarks/big_group.py --build --bulk 20 --data-dir /tmp/big --sessions 600 --messages 100
     python tests/benchmarks/big_group.py --data-dir /tmp/big --questions 40
     python tests/benchmarks/big_group.py --data-dir /tmp/p200k --group bench-group   # partitions.py's group
-    python tests/benchmarks/big_group.py --quick      # 4 sessions x 50 messages in a temporary folder
+    python tests/benchmarks/big_group.py --quick      # 4 sessions x 50 messages in a temporary folder (vectors tier)
+    python tests/benchmarks/big_group.py --data-dir /tmp/big --tier columns   # as before the vectors tier
 """
 
 from __future__ import annotations
@@ -118,6 +119,15 @@ def build(service: Any, sessions: int, per_session: int, bulk: int) -> None:
             print(f"s{numbers[-1]:04d}: {service.vector_count(GROUP)} vectors, {rate:.1f} messages/s", flush=True)
 
 
+def tiered(service: Any, tier: str) -> None:
+    """Bounds that put the group in ``tier`` whatever its size (the short form's group is small)."""
+    snapshots = service.memory.store.vectors.snapshots
+    if tier in ("vectors", "columns"):
+        snapshots.full_group_bytes = 0
+    if tier == "columns":
+        snapshots.vector_group_bytes = 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", action="store_true")
@@ -128,6 +138,12 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--bulk", type=int, default=0, help="build N sessions per bulk ingest (0: adds and flushes)")
     parser.add_argument("--group", default=GROUP, help="measure this group of the folder (e.g. partitions.py's)")
+    parser.add_argument(
+        "--tier",
+        choices=["auto", "vectors", "columns"],
+        help="the read snapshot's tier: as the group's size decides (default), or forced past the full bound "
+        "(vectors and messages kept) or past both bounds (columns only); --quick: vectors",
+    )
     args = parser.parse_args()
     from context import Floor
 
@@ -156,6 +172,7 @@ def main() -> None:
                 shutil.rmtree(folder / FOLDER, ignore_errors=True)
             started = time.perf_counter()
             service = Epimem.from_settings(data_dir=folder, background=False)
+            tiered(service, args.tier or ("vectors" if args.quick else "auto"))
             opened = time.perf_counter() - started
             started = time.perf_counter()
             service.embedder.load()  # a server loads its model before it listens (/readyz): not the search's
@@ -206,8 +223,10 @@ def main() -> None:
                 )
         cache = service.stats().read_cache
         if cache is not None:
+            snapshot = service.memory.store.vectors.snapshot(group)
             c.line(
                 "read cache",
+                tier="full" if snapshot.full else "vectors" if snapshot.directions is not None else "columns",
                 full=cache.full_groups,
                 records=cache.records,
                 patched=cache.extensions,
