@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,10 @@ class KeywordIndex:
     B = 0.75
 
     def __init__(self, snapshot: GroupSnapshot, *, postings: Postings | None = None) -> None:
-        self._snapshot = snapshot
+        # Held weakly: the snapshot keeps this index (``derived``), and a cycle between them left every
+        # replaced snapshot of a written group to the garbage collector, whose young collections then
+        # walked each one's columns and messages (a big group: ~100 ms pauses every few writes).
+        self._snapshot_ref = weakref.ref(snapshot)
         self.positions = snapshot.positions
         # Scope filters are array operations over the snapshot's columns, never a loop over records.
         self._sessions = snapshot.session_codes
@@ -97,6 +101,13 @@ class KeywordIndex:
 
     def record(self, position: int) -> VectorRecord:
         return self._snapshot.record(position)
+
+    @property
+    def _snapshot(self) -> GroupSnapshot:
+        snapshot = self._snapshot_ref()
+        if snapshot is None:  # callers read an index through the snapshot they hold
+            raise RuntimeError("the keyword index outlived its snapshot")
+        return snapshot
 
     @property
     def nbytes(self) -> int:

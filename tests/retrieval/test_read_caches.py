@@ -5,6 +5,8 @@ reported."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -260,3 +262,19 @@ def test_a_group_past_the_full_bound_reads_no_message_or_vector_per_request(
     assert any(hit.episode.session_id == "s2" for hit in service.search(group_id, "train to Lisbon", k=3))
     assert reads == []
     assert snapshots.stats().extensions > 0
+
+
+def test_a_replaced_snapshot_is_freed_without_the_garbage_collector(service: Epimem, group_id: str) -> None:
+    """No cycle keeps a replaced snapshot (its keyword index holds it weakly): it goes when the cache lets
+    go of it, not at the next collection, which walked the columns of every replaced one (pauses of ~100 ms
+    every few writes to a big group)."""
+    seed(service, group_id)
+    assert "Miso" in found_text(service, group_id, "kitten Miso")  # the snapshot and its keyword index built
+    gone = weakref.ref(service.memory.store.vectors.snapshot(group_id))
+    gc.disable()
+    try:
+        service.add_messages(group_id, "s1", chat("n", [("Ana", "Miso learned to open the fridge door.")], day=1))
+        assert "n0" in cited(service, group_id, "fridge door")  # patched: the old one replaced
+        assert gone() is None
+    finally:
+        gc.enable()
