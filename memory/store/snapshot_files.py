@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from memory.models import GroupConfiguration, Message, Role, SessionInfo
-from memory.store.group_snapshot import GroupSnapshot, Version, estimate_bytes
+from memory.store.group_snapshot import GroupSnapshot, Version, estimate_bytes, strings
 
 FOLDER = "read-snapshots"
 CLAIMED = "read-snapshots.open"
@@ -170,17 +170,17 @@ class SnapshotFiles:
         used, codes = np.unique(snapshot.session_codes, return_inverse=True)
         arrays: dict[str, np.ndarray] = {
             "meta": _text({"format": FORMAT, "group_id": snapshot.group_id, "count": len(snapshot)}),
-            "ids": _text(snapshot.ids),
-            "documents": _text(snapshot.documents),
+            "ids": _text(snapshot.ids.tolist()),
+            "documents": _text(snapshot.documents.tolist()),
             "kinds": snapshot.kinds,
             "session_codes": codes.astype(np.int32),
             "session_names": _text([snapshot.session_names[int(code)] for code in used]),
             "timestamps": snapshot.timestamps,
-            "episode_ids": _text(snapshot.episode_ids),
-            "message_ids": _text(snapshot.message_ids),
-            "producers": _text(snapshot.producers),
-            "produced_for": _text(snapshot.produced_for),
-            "titles": _text(snapshot.titles),
+            "episode_ids": _text(snapshot.episode_ids.tolist()),
+            "message_ids": _text(snapshot.message_ids.tolist()),
+            "producers": _text(snapshot.producers.tolist()),
+            "produced_for": _text(snapshot.produced_for.tolist()),
+            "titles": _text(snapshot.titles.tolist()),
             "config": _text(snapshot.config.model_dump(mode="json") if snapshot.config is not None else None),
             "sessions": _text([info.model_dump(mode="json") for info in snapshot.sessions]),
         }
@@ -208,23 +208,23 @@ class SnapshotFiles:
 
 def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], meta: dict[str, Any]) -> GroupSnapshot:
     interned: dict[str, str] = {}
-    ids = tuple(_json(loaded, "ids"))
+    ids = strings(_json(loaded, "ids"))
     config = _json(loaded, "config")
     snapshot = GroupSnapshot(
         group_id=group_id,
         version=version,
         ids=ids,
         positions={record_id: position for position, record_id in enumerate(ids)},
-        documents=tuple(_json(loaded, "documents")),
+        documents=strings(_json(loaded, "documents")),
         kinds=loaded["kinds"],
         session_codes=loaded["session_codes"],
         session_names=_json(loaded, "session_names"),
         timestamps=loaded["timestamps"],
-        episode_ids=tuple(_json(loaded, "episode_ids")),
-        message_ids=tuple(_json(loaded, "message_ids")),
-        producers=tuple(interned.setdefault(text, text) for text in _json(loaded, "producers")),
-        produced_for=tuple(interned.setdefault(text, text) for text in _json(loaded, "produced_for")),
-        titles=tuple(_json(loaded, "titles")),
+        episode_ids=strings(_json(loaded, "episode_ids")),
+        message_ids=strings(_json(loaded, "message_ids")),
+        producers=strings(interned.setdefault(text, text) for text in _json(loaded, "producers")),
+        produced_for=strings(interned.setdefault(text, text) for text in _json(loaded, "produced_for")),
+        titles=strings(_json(loaded, "titles")),
         config=GroupConfiguration.model_validate(config) if config is not None else None,
         sessions=[SessionInfo.model_validate(info) for info in _json(loaded, "sessions")],
     )

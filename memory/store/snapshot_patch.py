@@ -181,19 +181,12 @@ def patch(
     at = np.asarray([p for p, _ in written], dtype=np.int64)
     split = len(written)
 
-    def column(old: Sequence[T], fresh: Sequence[T]) -> list[T]:
-        values = _take(old, kept_list) if removed else list(old)
-        for offset, position in enumerate(at.tolist()):
-            values[position] = fresh[offset]
-        values.extend(fresh[split:])
-        return values
-
     def array(old: np.ndarray, fresh: np.ndarray) -> np.ndarray:
         values = np.concatenate([old[kept] if removed else old, fresh[split:]])
         values[at] = fresh[:split]
         return values
 
-    ids = tuple(column(snapshot.ids, added.ids))
+    ids = array(snapshot.ids, added.ids)
     patched = GroupSnapshot(
         group_id=snapshot.group_id,
         version=version,
@@ -201,23 +194,26 @@ def patch(
         positions={record_id: position for position, record_id in enumerate(ids)}
         if removed
         else {**positions, **{record.id: len(kept) + i for i, record in enumerate(new)}},
-        documents=tuple(column(snapshot.documents, added.documents)),
+        documents=array(snapshot.documents, added.documents),
         kinds=array(snapshot.kinds, added.kinds),
         session_codes=array(snapshot.session_codes, codes),
         session_names=list(index),
         timestamps=array(snapshot.timestamps, added.timestamps),
-        episode_ids=tuple(column(snapshot.episode_ids, added.episode_ids)),
-        message_ids=tuple(column(snapshot.message_ids, added.message_ids)),
-        producers=tuple(column(snapshot.producers, added.producers)),
-        produced_for=tuple(column(snapshot.produced_for, added.produced_for)),
-        titles=tuple(column(snapshot.titles, added.titles)),
+        episode_ids=array(snapshot.episode_ids, added.episode_ids),
+        message_ids=array(snapshot.message_ids, added.message_ids),
+        producers=array(snapshot.producers, added.producers),
+        produced_for=array(snapshot.produced_for, added.produced_for),
+        titles=array(snapshot.titles, added.titles),
         config=snapshot.config,
         sessions=snapshot.sessions,
         full=snapshot.full,
     )
     if snapshot.metadatas is not None:
         fresh_metadata = [dict(record.metadata) for _, record in written] + [dict(r.metadata) for r in new]
-        patched.metadatas = column(snapshot.metadatas, fresh_metadata)
+        metadatas = _take(snapshot.metadatas, kept_list) if removed else list(snapshot.metadatas)
+        for offset, position in enumerate(at.tolist()):
+            metadatas[position] = fresh_metadata[offset]
+        patched.metadatas = metadatas + fresh_metadata[split:]
     if snapshot.directions is not None:
         patched.directions, patched.row_buffer = _patched_directions(snapshot, removed, kept, written, new)
     # The size estimate moves by what the patch changed, not by a walk over every row (a full snapshot of

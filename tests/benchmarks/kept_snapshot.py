@@ -78,7 +78,7 @@ def main() -> None:
         started = time.perf_counter()
         loaded = files.load(GROUP, (0, None), count, restorers)
         loaded_s = time.perf_counter() - started
-        assert loaded is not None and loaded.ids == snapshot.ids
+        assert loaded is not None and list(loaded.ids) == list(snapshot.ids)
         kept = loaded.derived(KeywordCache.KEY, lambda: None)
         for query in QUERIES:
             assert np.array_equal(kept.scores(query), index.scores(query)), query
