@@ -11,7 +11,6 @@ the read path loops over sessions.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 
 import numpy as np
 
@@ -27,7 +26,6 @@ from memory.store.records import (
     is_open_episode_id,
     message_record_id,
 )
-from memory.store.snapshot_patch import Patch
 from memory.timeutil import utc_now
 from memory.tracing import read_attributes, traced
 from retrieval.analysis import Query, QueryAnalysis, analyse
@@ -36,11 +34,10 @@ from retrieval.duplicates import drop_near_duplicates
 from retrieval.filters import FilterMatch, RecallFilter, passing_candidates
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
-from retrieval.names import configured_names, merge_names
 from retrieval.pending import is_pending, open_episodes
 from retrieval.scope import scope_filter
 from retrieval.scoring import ScoringPolicy, recency_factor, score_messages, unit
-from retrieval.speaker_names import LEARNED_NAMES, LearnedNames
+from retrieval.speaker_names import LEARNED_NAMES, GroupSpeakers, LearnedNames, group_speaker_names
 from retrieval.types import Order, Scope, ScoreComponents, SearchHit, SearchQuery
 
 # Search adds message evidence to the episodes it ranks: the messages of every candidate episode are
@@ -93,7 +90,7 @@ class Searcher:
         the group's snapshot and read again when the group changes."""
         snapshot = self.snapshot(group_id)
         learned = snapshot.derived(LEARNED_NAMES, lambda: LearnedNames(snapshot))  # patched with the snapshot
-        return snapshot.derived("speaker-names", lambda: _speaker_names(snapshot, learned.names))
+        return snapshot.derived("speaker-names", lambda: group_speaker_names(snapshot, learned.names))
 
     def speakers(self, group_id: str) -> frozenset[str]:
         """The group's speakers (casefolded: a message's producer id, else its role), kept with its snapshot;
@@ -398,40 +395,3 @@ class Searcher:
             messages = [by_id[i].message for i in episode.source_message_ids if i in by_id]
             found[episode.uuid] = sorted(messages, key=lambda message: message.timestamp)
         return found
-
-
-class GroupSpeakers:
-    """The group's speakers, kept with its snapshot; patched when a write only added records (the next
-    version's are these and the new messages' speakers), read again otherwise."""
-
-    def __init__(self, snapshot: GroupSnapshot, names: frozenset[str] | None = None) -> None:
-        self.names = names if names is not None else _speakers(snapshot, range(len(snapshot)))
-
-    def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> GroupSpeakers:
-        kept = patch.old_of_new >= 0
-        if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
-            return GroupSpeakers(snapshot)
-        return GroupSpeakers(snapshot, self.names | _speakers(snapshot, np.flatnonzero(~kept).tolist()))
-
-
-def _speakers(snapshot: GroupSnapshot, rows: Iterable[int]) -> frozenset[str]:
-    """The speakers of the messages among ``rows`` (casefolded: a message's producer id, else its role);
-    a group too large to keep its messages knows them by producer id."""
-    message = KIND_CODE[RecordKind.MESSAGE.value]
-    positions = [p for p in rows if snapshot.kinds[p] == message]
-    if snapshot.messages is not None:
-        kept, ids = snapshot.messages, snapshot.ids
-        if len(positions) == len(snapshot.ids) or len(positions) > len(kept) // 2:
-            return frozenset(m.speaker.casefold() for m in kept.values())
-        found = (kept.get(ids[p]) for p in positions)
-        return frozenset(m.speaker.casefold() for m in found if m is not None)
-    names = set(map(snapshot.producers.__getitem__, positions))  # interned: a handful of distinct strings
-    return frozenset(name.casefold() for name in names if name)
-
-
-def _speaker_names(snapshot: GroupSnapshot, learned: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Names learned from the group's messages (retrieval.speaker_names) merged with those its
-    configuration and sessions set."""
-    config = snapshot.config
-    metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
-    return merge_names(learned, configured_names(metadata))

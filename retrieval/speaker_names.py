@@ -2,16 +2,19 @@
 a write that only adds messages after the last one (the common case: a turn of a live conversation)
 feeds the new messages to the kept fold instead of learning from every message of the group again
 (250 ms a version at 60,000 messages). Anything else (a removal, a rewritten message, a message
-dated before the last one, a new speaker) learns again from all of them."""
+dated before the last one, a new speaker) learns again from all of them. Also the group's speakers
+(``GroupSpeakers``, patched the same way) and its names merged with those its configuration sets."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
 from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
 from memory.store.records import RecordKind
 from memory.store.snapshot_patch import Patch
-from retrieval.names import NameLearner
+from retrieval.names import NameLearner, configured_names, merge_names
 
 MESSAGE = KIND_CODE[RecordKind.MESSAGE.value]
 LEARNED_NAMES = "learned-names"  # its key among the snapshot's derived structures
@@ -71,3 +74,39 @@ def _triples(snapshot: GroupSnapshot, rows: np.ndarray) -> list[tuple[str, str, 
         (snapshot.producers[r].casefold(), snapshot.produced_for[r].casefold(), snapshot.documents[r])
         for r in (int(row) for row in rows)
     ]
+
+
+class GroupSpeakers:
+    """The group's speakers, kept with its snapshot; patched when a write only added records (the next
+    version's are these and the new messages' speakers), read again otherwise."""
+
+    def __init__(self, snapshot: GroupSnapshot, names: frozenset[str] | None = None) -> None:
+        self.names = names if names is not None else _speakers(snapshot, range(len(snapshot)))
+
+    def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> GroupSpeakers:
+        kept = patch.old_of_new >= 0
+        if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
+            return GroupSpeakers(snapshot)
+        return GroupSpeakers(snapshot, self.names | _speakers(snapshot, np.flatnonzero(~kept).tolist()))
+
+
+def _speakers(snapshot: GroupSnapshot, rows: Iterable[int]) -> frozenset[str]:
+    """The speakers of the messages among ``rows`` (casefolded: a message's producer id, else its role);
+    a group too large to keep its messages knows them by producer id."""
+    positions = [p for p in rows if snapshot.kinds[p] == MESSAGE]
+    if snapshot.messages is not None:
+        kept, ids = snapshot.messages, snapshot.ids
+        if len(positions) == len(snapshot.ids) or len(positions) > len(kept) // 2:
+            return frozenset(m.speaker.casefold() for m in kept.values())
+        found = (kept.get(ids[p]) for p in positions)
+        return frozenset(m.speaker.casefold() for m in found if m is not None)
+    names = set(map(snapshot.producers.__getitem__, positions))  # interned: a handful of distinct strings
+    return frozenset(name.casefold() for name in names if name)
+
+
+def group_speaker_names(snapshot: GroupSnapshot, learned: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Names learned from the group's messages (retrieval.speaker_names) merged with those its
+    configuration and sessions set."""
+    config = snapshot.config
+    metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
+    return merge_names(learned, configured_names(metadata))

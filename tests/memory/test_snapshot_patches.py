@@ -25,8 +25,7 @@ from memory.store.factory import open_store
 from memory.store.group_snapshot import estimate_bytes
 from retrieval.keyword import KeywordIndex
 from retrieval.names import learned_names
-from retrieval.search import GroupSpeakers
-from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, LearnedNames
+from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, GroupSpeakers, LearnedNames
 
 QUERIES = ["the dog Rex", "lake", "pottery class on Thursday"]
 TEXT = ("Hey Mel, the dog Rex swam in the lake.", "Thanks Caro! Rex loves the lake.")
