@@ -7,8 +7,6 @@ dated before the last one, a new speaker) learns again from all of them. Also th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import numpy as np
 
 from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
@@ -81,26 +79,26 @@ class GroupSpeakers:
     version's are these and the new messages' speakers), read again otherwise."""
 
     def __init__(self, snapshot: GroupSnapshot, names: frozenset[str] | None = None) -> None:
-        self.names = names if names is not None else _speakers(snapshot, range(len(snapshot)))
+        self.names = names if names is not None else _speakers(snapshot)
 
     def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> GroupSpeakers:
         kept = patch.old_of_new >= 0
         if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
             return GroupSpeakers(snapshot)
-        return GroupSpeakers(snapshot, self.names | _speakers(snapshot, np.flatnonzero(~kept).tolist()))
+        return GroupSpeakers(snapshot, self.names | _speakers(snapshot, np.flatnonzero(~kept)))
 
 
-def _speakers(snapshot: GroupSnapshot, rows: Iterable[int]) -> frozenset[str]:
-    """The speakers of the messages among ``rows`` (casefolded: a message's producer id, else its role);
-    a group too large to keep its messages knows them by producer id."""
-    positions = [p for p in rows if snapshot.kinds[p] == MESSAGE]
-    if snapshot.messages is not None:
-        kept, ids = snapshot.messages, snapshot.ids
-        if len(positions) == len(snapshot.ids) or len(positions) > len(kept) // 2:
-            return frozenset(m.speaker.casefold() for m in kept.values())
-        found = (kept.get(ids[p]) for p in positions)
-        return frozenset(m.speaker.casefold() for m in found if m is not None)
-    names = set(map(snapshot.producers.__getitem__, positions))  # interned: a handful of distinct strings
+def _speakers(snapshot: GroupSnapshot, rows: np.ndarray | None = None) -> frozenset[str]:
+    """The speakers of the group's messages, or of those among ``rows`` (casefolded: a message's producer
+    id, else its role); a group too large to keep its messages knows them by producer id."""
+    kept = snapshot.messages
+    if kept is not None and rows is None:
+        return frozenset(message.speaker.casefold() for message in kept.values())
+    positions = np.flatnonzero(snapshot.kinds == MESSAGE) if rows is None else rows[snapshot.kinds[rows] == MESSAGE]
+    if kept is not None:
+        found = (kept.get(snapshot.ids[p]) for p in positions.tolist())
+        return frozenset(message.speaker.casefold() for message in found if message is not None)
+    names = {snapshot.producers[p] for p in positions.tolist()}  # interned: a handful of distinct strings
     return frozenset(name.casefold() for name in names if name)
 
 

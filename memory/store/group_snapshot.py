@@ -126,15 +126,12 @@ class GroupSnapshot:
         if position is None or self.metadatas is None or int(self.kinds[position]) > KIND_CODE["summary"]:
             return None
         episode = codec.episode_from_record(self.documents[position], self.metadatas[position])
-        with self._lock:
-            self._episodes[record_id] = episode
-            while len(self._episodes) > PARSED_EPISODES_KEPT:
-                self._episodes.popitem(last=False)
+        self.keep_parsed([episode])
         return episode
 
     def keep_parsed(self, episodes: Iterable[Episode]) -> None:
-        """Episodes read from Chroma for this snapshot (one past the full bound has no metadata to parse
-        them from), kept as those it parses are."""
+        """Episodes kept parsed, least recently used out: those ``episode`` parses, and those read from
+        Chroma for a snapshot past the full bound (it has no metadata to parse them from)."""
         with self._lock:
             for episode in episodes:
                 self._episodes[episode.uuid] = episode
