@@ -124,10 +124,8 @@ class StoreAdmin(StorePart):
         for start in range(0, len(records), WRITE_BATCH):
             batch = records[start : start + WRITE_BATCH]
             new.upsert(
-                ids=[record.id for record in batch],
+                **codec.written([r.id for r in batch], [r.document for r in batch], [r.metadata for r in batch]),
                 embeddings=np.stack([cast(np.ndarray, record.embedding) for record in batch]),
-                documents=[record.document for record in batch],
-                metadatas=cast(Any, [record.metadata for record in batch]),
             )
         self._collections.drop(name)
         new.modify(name=name)

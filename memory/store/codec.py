@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memory.models import BoundaryReason, Episode, Message, MessageState, Role, StoredMessage
@@ -28,6 +29,84 @@ REGISTRY = "epm-registry"
 PARTITION_PREFIX = "epm-p-"  # memory.store.connection keeps these collections in an engine of their own
 GROUP_RECORD_ID = "group"
 PLACEHOLDER: Any = [0.0]
+
+
+# How a record is written to Chroma (tests/benchmarks/record_format.py measured both choices):
+# - its text (an episode's content, a message, a session's or group's JSON) goes in its metadata
+#   under TEXT_KEY, not in Chroma's document: Chroma indexes every document in a trigram full-text
+#   table that epimem never queries (BM25 runs over the read snapshot);
+# - the keys written once with a record and never filtered on nor updated in place go in one JSON
+#   value under PACKED_KEY: Chroma stores and indexes each metadata key as a row of its own.
+# Records written before (a document, every key on its own) read the same.
+TEXT_KEY = "text"
+PACKED_KEY = "fields"
+PACKED = frozenset(
+    {
+        "group_id",
+        "message_id",
+        "title",
+        "created",
+        "content_type",
+        "generation",
+        "message_count",
+        "source_ids",
+        "producer_id",
+        "produced_for_id",
+        "user_metadata",
+        "source_episode_ids",
+        "period_start",
+        "period_end",
+        "role",
+        "meta",
+        "received",
+        "seq",
+    }
+)  # never "kind", "session_id", "ts" (filters), "state", "episode_id", "boundary", "summarised_by" (updated)
+
+
+def stored_metadata(text: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """What is written to Chroma for a record's text and metadata."""
+    stored = {key: value for key, value in metadata.items() if key not in PACKED}
+    packed = {key: value for key, value in metadata.items() if key in PACKED}
+    if packed:
+        stored[PACKED_KEY] = json.dumps(packed, ensure_ascii=False, separators=(",", ":"))
+    stored[TEXT_KEY] = text
+    return stored
+
+
+def written(
+    ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], *, overwrite: bool = False
+) -> dict[str, Any]:
+    """Chroma's ``add``/``upsert`` arguments for records (without their embeddings). ``overwrite``: the
+    records may exist with another text (a correction, a redaction, an updated session): their document
+    is written empty, since an upsert without one keeps the document a record written in the old
+    format holds (its old text). Otherwise no document is written (an empty one costs ~10% of a
+    partition's write, tests/benchmarks/record_format.py)."""
+    columns: dict[str, Any] = {
+        "ids": list(ids),
+        "metadatas": [stored_metadata(t, m) for t, m in zip(texts, metadatas, strict=True)],
+    }
+    if overwrite:
+        columns["documents"] = [""] * len(columns["ids"])
+    return columns
+
+
+def read_back(document: str | None, metadata: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """A record's text and its metadata, as they were written (from what Chroma returns)."""
+    found = dict(metadata or {})
+    text = found.pop(TEXT_KEY, None)
+    packed = found.pop(PACKED_KEY, None)
+    if packed is not None:
+        found.update(json.loads(packed))
+    return (document or "") if text is None else str(text), found
+
+
+def rows_of(found: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """The records of a Chroma ``get`` result (documents and metadatas included): id, text, metadata."""
+    ids = list(found["ids"])
+    documents = found.get("documents") or [None] * len(ids)
+    metadatas = found.get("metadatas") or [None] * len(ids)
+    return [(i, *read_back(d, m)) for i, d, m in zip(ids, documents, metadatas, strict=True)]
 
 
 def placeholders(count: int) -> Any:
@@ -190,13 +269,16 @@ def state_metadata(stored: StoredMessage) -> dict[str, Any]:
     }
 
 
-def log_columns(messages: list[StoredMessage]) -> dict[str, Any]:
-    """The log records of messages, as Chroma's add/upsert arguments."""
+def log_columns(messages: list[StoredMessage], *, overwrite: bool = False) -> dict[str, Any]:
+    """The log records of messages, as Chroma's add/upsert arguments (``overwrite``: see ``written``)."""
     return {
-        "ids": [message_record_id(stored.session_id, stored.message.id) for stored in messages],
+        **written(
+            [message_record_id(stored.session_id, stored.message.id) for stored in messages],
+            [stored.message.content for stored in messages],
+            [log_metadata(stored) for stored in messages],
+            overwrite=overwrite,
+        ),
         "embeddings": placeholders(len(messages)),
-        "documents": [stored.message.content for stored in messages],
-        "metadatas": [log_metadata(stored) for stored in messages],
     }
 
 

@@ -89,10 +89,7 @@ class Collections:
     def rows(self, collection: Collection, **kwargs: Any) -> Iterator[Row]:
         """Every record (id, document, metadata) matching ``kwargs`` (e.g. ``where``), page by page."""
         for page in pages(collection, ["documents", "metadatas"], **kwargs):
-            for record_id, document, metadata in zip(
-                page["ids"], page["documents"] or [], page["metadatas"] or [], strict=True
-            ):
-                yield record_id, document or "", dict(metadata or {})
+            yield from codec.rows_of(page)
 
     @staticmethod
     def remove(collection: Collection, ids: Iterable[str]) -> list[str]:

@@ -20,10 +20,8 @@ class LogStore(StorePart):
 
     def _register(self, group_id: str) -> None:
         self._collections.registry().upsert(
-            ids=[codec.registry_record_id(group_id)],
+            **codec.written([codec.registry_record_id(group_id)], [group_id], [{"group_id": group_id}]),
             embeddings=codec.placeholders(1),
-            documents=[group_id],
-            metadatas=[{"group_id": group_id}],
         )
 
     @store_call
@@ -48,10 +46,8 @@ class LogStore(StorePart):
     ) -> None:
         self._register(group_id)
         self._collections.written_log(group_id).upsert(
-            ids=record_ids,
+            **codec.written(record_ids, documents, metadatas, overwrite=True),
             embeddings=codec.placeholders(len(record_ids)),
-            documents=documents,
-            metadatas=cast(Any, metadatas),
         )
         # Speakers' names live in these records.
         versions.changed(self._collections, group_id, change=Change(group_records=True))
@@ -60,8 +56,8 @@ class LogStore(StorePart):
         log = self._collections.log(group_id, create=False)
         if log is None:
             return None
-        found = log.get(ids=[record_id], include=["documents"])
-        return (found["documents"] or [""])[0] or "" if found["ids"] else None
+        found = codec.rows_of(log.get(ids=[record_id], include=["documents", "metadatas"]))
+        return found[0][1] if found else None
 
     @store_call
     def put_group_config(self, config: GroupConfiguration) -> None:
@@ -125,8 +121,8 @@ class LogStore(StorePart):
         result: dict[str, dict[str, StoredMessage]] = {}
         for start in range(0, len(ids), PAGE):
             found = log.get(ids=ids[start : start + PAGE], include=["documents", "metadatas"])
-            for document, metadata in zip(found["documents"] or [], found["metadatas"] or [], strict=True):
-                stored = codec.stored_from_log(group_id, document or "", dict(metadata or {}))
+            for _, text, metadata in codec.rows_of(found):
+                stored = codec.stored_from_log(group_id, text, metadata)
                 result.setdefault(stored.session_id, {})[stored.message.id] = stored
         return result
 
@@ -134,7 +130,7 @@ class LogStore(StorePart):
     def put_messages(self, group_id: str, messages: Sequence[StoredMessage]) -> None:
         """Upsert full message records into the group's log (one batch, atomic per call in Chroma)."""
         if messages:
-            self._collections.written_log(group_id).upsert(**codec.log_columns(list(messages)))
+            self._collections.written_log(group_id).upsert(**codec.log_columns(list(messages), overwrite=True))
             written = tuple((codec.message_record_id(s.session_id, s.message.id), s.message) for s in messages)
             versions.changed(self._collections, group_id, change=Change(messages=written))
 
@@ -221,7 +217,7 @@ class LogStore(StorePart):
     @store_call
     def put_record(self, group_id: str, record_id: str, document: str, metadata: dict[str, Any]) -> None:
         self._collections.written_log(group_id).upsert(
-            ids=[record_id], embeddings=codec.placeholders(1), documents=[document], metadatas=[metadata]
+            **codec.written([record_id], [document], [metadata], overwrite=True), embeddings=codec.placeholders(1)
         )
 
     @store_call
@@ -255,7 +251,6 @@ class LogStore(StorePart):
         write(
             ids=[codec.lease_record_id(session_id, epoch)],
             embeddings=codec.placeholders(1),
-            documents=[""],
             metadatas=[{**metadata, "kind": "lease", "lease_of": session_id}],
         )
 

@@ -311,9 +311,10 @@ class SnapshotCache:
         read: list[np.ndarray] = []  # the vectors, page by page
         include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if vectors_kept else [])
         for page in pages(index, include) if index is not None else ():
-            ids += page["ids"]
-            documents += [document or "" for document in page["documents"] or []]
-            metadatas += [dict(metadata or {}) for metadata in page["metadatas"] or []]
+            for record_id, text, metadata in codec.rows_of(page):
+                ids.append(record_id)
+                documents.append(text)
+                metadatas.append(metadata)
             if vectors_kept and page["ids"]:
                 vectors = np.asarray(page["embeddings"], dtype=np.float32)
                 dimension = vectors.shape[1]
@@ -343,8 +344,8 @@ class SnapshotCache:
 def _group_records(
     collections: Collections, log: Any, group_id: str
 ) -> tuple[GroupConfiguration | None, list[SessionInfo]]:
-    found = log.get(ids=[codec.GROUP_RECORD_ID], include=["documents"])
-    config = GroupConfiguration.model_validate_json(found["documents"][0]) if found["ids"] else None
+    found = codec.rows_of(log.get(ids=[codec.GROUP_RECORD_ID], include=["documents", "metadatas"]))
+    config = GroupConfiguration.model_validate_json(found[0][1]) if found else None
     rows = collections.rows(log, where={"kind": "session"})
     sessions = sorted(
         (SessionInfo.model_validate_json(document) for _, document, _ in rows),

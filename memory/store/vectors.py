@@ -21,15 +21,15 @@ from memory.store.snapshot_patch import Change
 from memory.store.snapshots import SnapshotCache
 
 
-def _columns(records: Sequence[VectorRecord]) -> dict[str, Any]:
+def _columns(records: Sequence[VectorRecord], *, overwrite: bool = False) -> dict[str, Any]:
     embeddings = [record.embedding for record in records if record.embedding is not None]
     if len(embeddings) != len(records):
         raise ValueError("every vector record needs its embedding")
     return {
-        "ids": [record.id for record in records],
+        **codec.written(
+            [r.id for r in records], [r.document for r in records], [r.metadata for r in records], overwrite=overwrite
+        ),
         "embeddings": np.stack(embeddings),
-        "documents": [record.document for record in records],
-        "metadatas": cast(Any, [record.metadata for record in records]),
     }
 
 
@@ -86,14 +86,10 @@ class VectorStore(StorePart):
         """Overwrite a record (upsert merges metadata: keys the new record lacks are removed)."""
         partition = self._collections.vectors(group_id, session_id)
         current = partition.get(ids=[record.id], include=["metadatas"])["metadatas"] if partition is not None else None
-        stale = sorted(set((current or [{}])[0] or {}) - set(record.metadata))
+        columns = _columns([record], overwrite=True)
+        stale = sorted(set((current or [{}])[0] or {}) - set(columns["metadatas"][0]))
         for collection in self._both(group_id, session_id, create=True):
-            collection.upsert(
-                ids=[record.id],
-                embeddings=np.stack([cast(np.ndarray, record.embedding)]),
-                documents=[record.document],
-                metadatas=cast(Any, [record.metadata]),
-            )
+            collection.upsert(**columns)
             if stale:  # a key updated to None is removed
                 collection.update(ids=[record.id], metadatas=cast(Any, [dict.fromkeys(stale)]))
         versions.changed(self._collections, group_id, change=Change(records=(record,), merge=False))
@@ -102,7 +98,11 @@ class VectorStore(StorePart):
     def update_metadata(
         self, group_id: str, session_id: str, ids: Sequence[str], metadatas: Sequence[dict[str, Any]]
     ) -> None:
-        """Merge metadata into records; a key set to None is removed (Chroma's update semantics)."""
+        """Merge metadata into records; a key set to None is removed (Chroma's update semantics). Only
+        keys of their own can be (codec.PACKED ones are written with the record)."""
+        packed = {key for metadata in metadatas for key in metadata} & codec.PACKED
+        if packed:
+            raise ValueError(f"packed metadata keys are not updated in place: {sorted(packed)}")
         if ids:
             for collection in self._both(group_id, session_id, create=False):
                 collection.update(ids=list(ids), metadatas=cast(Any, list(metadatas)))
@@ -136,12 +136,12 @@ class VectorStore(StorePart):
         found: list[VectorRecord] = []
         for page in read:
             vectors = page.get("embeddings")
-            for position, record_id in enumerate(page["ids"]):
+            for position, (record_id, text, metadata) in enumerate(codec.rows_of(page)):
                 found.append(
                     VectorRecord(
                         id=record_id,
-                        document=(page["documents"] or [])[position] or "",
-                        metadata=dict((page["metadatas"] or [])[position] or {}),
+                        document=text,
+                        metadata=metadata,
                         embedding=np.asarray(vectors[position], dtype=np.float32) if vectors is not None else None,
                     )
                 )
@@ -168,8 +168,7 @@ class VectorStore(StorePart):
             return []
         if ids is not None:
             page = collection.get(ids=list(ids), where=where, include=["documents", "metadatas"])
-            rows = zip(page["documents"] or [], page["metadatas"] or [], strict=True)
-            found = [(document or "", dict(metadata or {})) for document, metadata in rows]
+            found = [(text, metadata) for _, text, metadata in codec.rows_of(page)]
         else:
             found = [(document, metadata) for _, document, metadata in self._collections.rows(collection, where=where)]
         return [codec.episode_from_record(d, m) for d, m in found if m.get("kind") in EPISODE_KINDS]
@@ -194,7 +193,7 @@ class VectorStore(StorePart):
         metadatas = (result["metadatas"] or [[]])[0]
         distances = (result["distances"] or [[]])[0]
         return [
-            VectorHit(VectorRecord(i, d or "", dict(m or {})), float(distance))
+            VectorHit(VectorRecord(i, *codec.read_back(d, m)), float(distance))
             for i, d, m, distance in zip(ids, documents, metadatas, distances, strict=True)
         ]
 

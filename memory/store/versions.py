@@ -57,7 +57,7 @@ def changed(collections: Collections, group_id: str, *, stamp: bool = True, chan
             writers = [key for key in before if key.startswith(PREFIX) or key == "stamp"]
             if len(writers) > WRITER_KEYS:
                 metadata.update({key: None for key in writers if key != own_key(connection.run_id)})
-        registry.upsert(ids=[record_id], embeddings=codec.placeholders(1), documents=[group_id], metadatas=[metadata])
+        registry.upsert(**codec.written([record_id], [group_id], [metadata]), embeddings=codec.placeholders(1))
 
 
 def own_key(run_id: str) -> str:

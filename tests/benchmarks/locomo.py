@@ -149,6 +149,29 @@ def fill_budget(turns: list[Turn], ranking: Iterable[int], budget: int) -> set[s
     return found
 
 
+def single_turn_ranking(
+    method: str, tokens: list[list[str]], vectors: np.ndarray | None, question: str, embedder: Any
+) -> np.ndarray:
+    """The turns' order for a question under a single-turn baseline: BM25, cosine, or both fused (RRF, k 60)."""
+    rankings = []
+    if method in ("bm25", "rrf"):
+        bm25 = okapi_scores(tokens, _WORD.findall(question.lower()))
+        rankings.append(np.argsort(-bm25, kind="stable"))
+    if vectors is not None:
+        cosine = vectors @ embedder.embed_batch([question])[0]
+        rankings.append(np.argsort(-cosine, kind="stable"))
+    if len(rankings) == 1:
+        return rankings[0]
+    fused = np.zeros(len(tokens))
+    for order in rankings:
+        fused[order] += 1.0 / (60 + np.arange(len(order)) + 1)
+    return np.argsort(-fused, kind="stable")
+
+
+def turn_words(turns: list[Turn]) -> list[list[str]]:
+    return [_WORD.findall(turn.rendered.lower()) for turn in turns]
+
+
 def baseline_recall(
     samples: list[Sample], method: str, budgets: Sequence[int] = BUDGETS, *, embedder: Any = None
 ) -> Scores:
@@ -165,20 +188,7 @@ def baseline_recall(
         tokens = [_WORD.findall(text.lower()) for text in texts]
         vectors = embedder.embed_batch(texts) if method != "bm25" else None
         for category, question, evidence in questions(sample):
-            rankings = []
-            if method in ("bm25", "rrf"):
-                bm25 = okapi_scores(tokens, _WORD.findall(question.lower()))
-                rankings.append(np.argsort(-bm25, kind="stable"))
-            if vectors is not None:
-                cosine = vectors @ embedder.embed_batch([question])[0]
-                rankings.append(np.argsort(-cosine, kind="stable"))
-            if len(rankings) == 1:
-                ranking = rankings[0]
-            else:
-                fused = np.zeros(len(texts))
-                for order in rankings:
-                    fused[order] += 1.0 / (60 + np.arange(len(order)) + 1)
-                ranking = np.argsort(-fused, kind="stable")
+            ranking = single_turn_ranking(method, tokens, vectors, question, embedder)
             for budget in budgets:
                 scores.add(category, budget, evidence_recall(evidence, fill_budget(sample.turns, ranking, budget)))
     return scores

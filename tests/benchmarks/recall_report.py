@@ -270,15 +270,73 @@ def prefix_figures(
     return found
 
 
-def prefix_table(figures: dict[str, tuple[int, float, float]], budget: int = 1000) -> str:
-    """prefix_figures as a table, one row per conversation."""
-    lines = [
+def rrf_prefix_figures(
+    samples: Sequence[Sample], embedder: Any, budget: int = 1000
+) -> dict[str, tuple[int, float, float]]:
+    """prefix_figures for single-turn RRF: the same questions, ranked over every turn of the chat and over
+    the turns of its first half only. What the second half costs a retriever with no episodes, no speaker
+    prior and no packing policy: the distractors' own share of epimem's figure."""
+    from locomo import evidence_recall, fill_budget, single_turn_ranking, turn_words
+
+    found = {}
+    for sample in samples:
+        cut, asked = prefix_questions(sample)
+        if not asked:
+            continue
+        before = {m.id for ms in sample.locomo.sessions.values() for m in ms if m.timestamp < cut}
+        half_turns = [turn for turn in sample.turns if turn.dia_id in before]
+        figures = []
+        for turns in (sample.turns, half_turns):
+            tokens, vectors = turn_words(turns), embedder.embed_batch([turn.rendered for turn in turns])
+            figures.append(
+                [
+                    evidence_recall(
+                        evidence, fill_budget(turns, single_turn_ranking("rrf", tokens, vectors, q, embedder), budget)
+                    )
+                    for _category, q, evidence in asked
+                ]
+            )
+        found[sample.sample_id] = (len(asked), statistics.fmean(figures[0]), statistics.fmean(figures[1]))
+    return found
+
+
+def prefix_table(
+    figures: dict[str, tuple[int, float, float]],
+    budget: int = 1000,
+    rrf: dict[str, tuple[int, float, float]] | None = None,
+) -> str:
+    """prefix_figures as a table, one row per conversation and one for all of them (weighted by
+    questions); with ``rrf`` (rrf_prefix_figures), single-turn RRF's figures beside epimem's."""
+    header = (
         f"| conversation | questions on the first half | whole chat @{budget:,} | first half only @{budget:,} "
-        "| cost of the rest |",
-        "|---|---|---|---|---|",
+        "| cost of the rest |"
+    )
+    lines = [
+        header + (" RRF: whole / first half / cost |" if rrf else ""),
+        "|---|---|---|---|---|" + ("---|" if rrf else ""),
     ]
-    for sample_id, (count, w, h) in figures.items():
-        lines.append(f"| {sample_id} | {count} | {w:.3f} | {h:.3f} | {w - h:+.3f} |")
+    rows = dict(figures)
+    count = sum(n for n, _, _ in rows.values())
+    if count:
+        rows["all"] = (
+            count,
+            sum(n * w for n, w, _ in rows.values()) / count,
+            sum(n * h for n, _, h in rows.values()) / count,
+        )
+    if rrf:
+        rrf = dict(rrf)
+        total = sum(rrf[i][0] for i in figures)
+        rrf["all"] = (
+            total,
+            sum(rrf[i][0] * rrf[i][1] for i in figures) / total,
+            sum(rrf[i][0] * rrf[i][2] for i in figures) / total,
+        )
+    for sample_id, (n, w, h) in rows.items():
+        line = f"| {sample_id} | {n} | {w:.3f} | {h:.3f} | {w - h:+.3f} |"
+        if rrf:
+            _, rw, rh = rrf[sample_id]
+            line += f" {rw:.3f} / {rh:.3f} / {rw - rh:+.3f} |"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -286,7 +286,8 @@ def print_loo(
                 samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end))
             )
         print(f"\n### {dataset}: what the second half of a chat costs the questions about its first half (default)\n")
-        print(recall_report.prefix_table(costs["default"]))
+        rrf_costs = recall_report.rrf_prefix_figures(samples, services[dataset].embedder)
+        print(recall_report.prefix_table(costs["default"], rrf=rrf_costs))
         if prefix_all:
             print(f"\n### {dataset}: the cost of the rest (1,000 tokens) under each variant\n")
             print(recall_report.prefix_cost_table(costs))

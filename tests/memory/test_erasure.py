@@ -222,8 +222,8 @@ _DELETE_BEHIND_EPIMEM = """
 import sys, chromadb
 path, name, marker = sys.argv[1:]
 partition = chromadb.PersistentClient(path=path).get_collection(name, embedding_function=None)
-found = partition.get(include=["documents"])
-partition.delete(ids=[i for i, d in zip(found["ids"], found["documents"]) if marker in (d or "")])
+found = partition.get(include=["metadatas"])
+partition.delete(ids=[i for i, m in zip(found["ids"], found["metadatas"]) if marker in (m or {}).get("text", "")])
 """
 
 

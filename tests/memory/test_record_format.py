@@ -1,0 +1,119 @@
+"""Records written in the old format (text as Chroma's document, every metadata key on its own) read
+the same as those memory.store.codec writes now, and rewriting one leaves none of its old text behind
+(memory.store.codec: TEXT_KEY, PACKED_KEY)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from helpers.builders import T0, chat, two_episode_session
+from helpers.checks import every_client, scan_client
+
+from api.facade import Epimem
+from memory.models import GroupConfiguration
+from memory.store import codec
+from memory.store.snapshot_files import CLAIMED, FOLDER
+
+PAGE = 500
+
+
+def _to_old_format(service: Epimem, group_id: str) -> int:
+    """Rewrite every record of the group's collections (and its registry record) as the old format
+    wrote it; the count of records rewritten."""
+    rewritten = 0
+    for client in every_client(service):
+        for listed in client.list_collections():
+            collection = client.get_collection(listed.name, embedding_function=None)
+            owner = (collection.metadata or {}).get("group_id")
+            if owner != group_id and listed.name != codec.REGISTRY:
+                continue
+            found = collection.get(include=["documents", "metadatas", "embeddings"])
+            rows = codec.rows_of(found)
+            if listed.name == codec.REGISTRY:
+                keep = [i for i, (_, _, metadata) in enumerate(rows) if metadata.get("group_id") == group_id]
+            else:
+                keep = list(range(len(rows)))
+            if not keep:
+                continue
+            ids = [rows[i][0] for i in keep]
+            collection.delete(ids=ids)
+            collection.add(
+                ids=ids,
+                embeddings=[found["embeddings"][i] for i in keep],
+                documents=[rows[i][1] for i in keep],
+                metadatas=[rows[i][2] or {"kind": "unknown"} for i in keep],
+            )
+            assert all(codec.TEXT_KEY not in m for m in collection.get(ids=ids)["metadatas"] or [])
+            rewritten += len(ids)
+    return rewritten
+
+
+def _view(service: Epimem, group_id: str) -> dict[str, Any]:
+    """Everything a caller reads of the group."""
+    sessions = sorted(info.session_id for info in service.list_sessions(group_id))
+    episodes = service.timeline(group_id, limit=200).episodes
+    hits = service.search(group_id, "what did they say about the garden", k=10)
+    return {
+        "group": service.get_group(group_id).model_dump(),
+        "sessions": [service.get_session(group_id, s).model_dump() for s in sessions],
+        "history": {s: [m.model_dump() for m in service.history(group_id, s)] for s in sessions},
+        "episodes": [e.model_dump() for e in episodes],
+        "sources": {e.uuid: [m.id for m in service.episode_messages(group_id, e)] for e in episodes},
+        "hits": sorted((h.episode.uuid, h.episode.content, h.pending) for h in hits),
+        "pending": {s: service.pending_messages(group_id, s) for s in sessions},
+        "vectors": service.vector_count(group_id),
+    }
+
+
+def _reopen(make_service: Callable[..., Epimem], service: Epimem) -> Epimem:
+    """A new service on the same data, without the read snapshot the last one kept."""
+    service.close()
+    for name in (FOLDER, CLAIMED):  # (embedded only: a server keeps no file)
+        shutil.rmtree(service.settings.data_dir / name, ignore_errors=True)
+    return make_service()
+
+
+def _filled(service: Epimem) -> str:
+    group_id = f"fmt-{uuid.uuid4().hex[:8]}"
+    service.put_group(GroupConfiguration(group_id=group_id, description="gardeners", metadata={"plan": "free"}))
+    two_episode_session(service, group_id, "s1", day=0)
+    two_episode_session(service, group_id, "s2", day=3)
+    service.add_messages(group_id, "s3", chat("open", 3, start=T0 + timedelta(days=9)))  # never flushed
+    return group_id
+
+
+def test_a_folder_in_the_old_record_format_reads_the_same(make_service: Callable[..., Epimem]) -> None:
+    service = make_service()
+    group_id = _filled(service)
+    before = _view(service, group_id)
+    assert before["episodes"] and before["pending"]["s3"] == 3 and before["hits"]
+
+    assert _to_old_format(service, group_id) >= before["vectors"]
+    again = _reopen(make_service, service)
+    assert _view(again, group_id) == before
+
+    # and it takes new writes beside the old records
+    again.add_messages(group_id, "s3", chat("more", 1, start=T0 + timedelta(days=9, hours=1)))
+    assert again.pending_messages(group_id, "s3") == 4
+    assert {m.id for m in again.history(group_id, "s3")} >= {m["id"] for m in before["history"]["s3"]}
+
+
+def test_rewriting_an_old_format_record_leaves_none_of_its_old_text(make_service: Callable[..., Epimem]) -> None:
+    service = make_service()
+    group_id = f"fmt-{uuid.uuid4().hex[:8]}"
+    secret = f"zq{uuid.uuid4().hex[:10]}"
+    service.add_messages(group_id, "red", chat("r", 3, start=T0, marker=secret))
+    (episode,) = service.flush(group_id, "red")
+    assert scan_client(every_client(service), [secret], group_id=group_id)
+    _to_old_format(service, group_id)
+
+    service = _reopen(make_service, service)
+    receipt = service.redact_message(group_id, "red", "r-0")
+    assert receipt.redacted and receipt.episodes == [episode.uuid]
+    assert scan_client(every_client(service), [secret], group_id=group_id) == []
+    (message,) = [m for m in service.history(group_id, "red") if m.id == "r-0"]
+    assert message.content == "[redacted]"
