@@ -22,6 +22,13 @@ Measure (the default): a service started on the folder, then
     python tests/benchmarks/big_group.py --data-dir /tmp/p200k --group bench-group   # partitions.py's group
     python tests/benchmarks/big_group.py --quick      # 4 sessions x 50 messages in a temporary folder (vectors tier)
     python tests/benchmarks/big_group.py --data-dir /tmp/big --tier columns   # as before the vectors tier
+    python tests/benchmarks/big_group.py --server --build --bulk 20 --data-dir /tmp/big-server   # a `chroma run`
+    python tests/benchmarks/big_group.py --server --data-dir /tmp/big-server --questions 40
+
+With ``--server`` the data live in a real ``chroma run`` on ``<data dir>/chroma-server``, started by the
+script; a server keeps no snapshot file, so the two first searches are: after a start of both (Chroma
+cold: its indexes not loaded), then after a start of the service alone (the Chroma server kept running,
+as a deployment restarts its epimem servers).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -40,6 +48,9 @@ import _common as c
 from memory.store.codec import index_name
 from memory.store.connection import close_embedded
 from memory.store.snapshot_files import FOLDER
+
+sys.path.insert(0, str(c.ROOT / "tests"))
+from helpers.servers import ChromaServer  # noqa: E402
 
 GROUP = "big"
 
@@ -138,6 +149,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--bulk", type=int, default=0, help="build N sessions per bulk ingest (0: adds and flushes)")
     parser.add_argument("--group", default=GROUP, help="measure this group of the folder (e.g. partitions.py's)")
+    parser.add_argument("--server", action="store_true", help="the data in a real `chroma run` on the data folder")
     parser.add_argument(
         "--tier",
         choices=["auto", "vectors", "columns"],
@@ -145,95 +157,116 @@ def main() -> None:
         "(vectors and messages kept) or past both bounds (columns only); --quick: vectors",
     )
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="epimem-big-") as scratch:
+        folder = args.data_dir or Path(scratch)
+        server = ChromaServer(folder / "chroma-server") if args.server else None
+        try:
+            measure(args, folder, server)
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def measure(args: argparse.Namespace, folder: Path, server: ChromaServer | None) -> None:
     from context import Floor
 
     from api.facade import Epimem
 
-    with tempfile.TemporaryDirectory(prefix="epimem-big-") as scratch:
-        folder = args.data_dir or Path(scratch)
-        if args.quick:
-            args.sessions, args.messages, args.questions, args.build = 4, 50, 10, True
-        if args.build:
-            embedder = remembering_embedder() if args.bulk else None
-            service = Epimem.from_settings(data_dir=folder, background=False, embedder=embedder)
-            build(service, args.sessions, args.messages, args.bulk)
-            service.close()
-            if not args.quick:
-                return
-        # Distinct questions for each block (the two first searches, then idle and written search and
-        # context): the query-embedding cache never answers a question the floor has to encode.
-        group = args.group
-        asked = questions()
-        blocks = [asked[2 + b * args.questions : 2 + (b + 1) * args.questions] for b in range(4)]
-        firsts = []
-        for start in range(2):  # the second start finds the snapshot the first one kept at its close
+    chroma: dict[str, Any] = {}
+    if server is not None:
+        server.path.mkdir(parents=True, exist_ok=True)
+        server.start()
+        chroma = {"chroma_host": "127.0.0.1", "chroma_port": server.port, "chroma_timeout_s": 300}
+    if args.quick:
+        args.sessions, args.messages, args.questions, args.build = 4, 50, 10, True
+    if args.build:
+        embedder = remembering_embedder() if args.bulk else None
+        service = Epimem.from_settings(data_dir=folder, background=False, embedder=embedder, **chroma)
+        build(service, args.sessions, args.messages, args.bulk)
+        service.close()
+        if not args.quick:
+            return
+    # Distinct questions for each block (the two first searches, then idle and written search and
+    # context): the query-embedding cache never answers a question the floor has to encode.
+    group = args.group
+    asked = questions()
+    blocks = [asked[2 + b * args.questions : 2 + (b + 1) * args.questions] for b in range(4)]
+    firsts = []
+    for start in range(2):  # the second start finds the snapshot the first one kept at its close
+        if server is None:
             close_embedded(folder)  # a new engine, as in a new process
             if start == 0:  # a first start (or one after a crash): no snapshot kept
                 shutil.rmtree(folder / FOLDER, ignore_errors=True)
-            started = time.perf_counter()
-            service = Epimem.from_settings(data_dir=folder, background=False)
-            tiered(service, args.tier or ("vectors" if args.quick else "auto"))
-            opened = time.perf_counter() - started
-            started = time.perf_counter()
-            service.embedder.load()  # a server loads its model before it listens (/readyz): not the search's
-            model = time.perf_counter() - started
-            started = time.perf_counter()
-            service.search(group, asked[start], k=10)
-            first = time.perf_counter() - started
-            cache = service.stats().read_cache
-            firsts.append({"open": opened, "model": model, "first_search": first, "kept": getattr(cache, "loads", 0)})
-            if start == 0:
-                service.close()
-        vectors = service.vector_count(group)
-        c.heading(f"one group of {vectors:,} vectors ({index_name(group)}), {args.questions} questions a block")
-        for name, figures in zip(("read from Chroma", "snapshot kept at the last close"), firsts, strict=True):
-            c.line(f"first search after a start, {name} (s)", **figures)
-        floor = Floor(service)
-        for question in asked[-3:]:  # warm-up
-            service.search(group, question, k=10)
-            floor(group, question)
-        block = iter(blocks)
-        for mode in ("idle", "written"):
-            run = int(time.time())
-
-            def write(i: int, run: int = run) -> None:
-                said = [{"id": f"w{run}-{i}", "role": "user", "content": f"Status {i}: all quiet, checking in."}]
-                service.add_messages(group, "live-writes", said)
-
-            reads = {
-                "search": lambda i, q: service.search(group, q[i], k=10),
-                "context": lambda i, q: service.context(group, q[i], token_budget=1000),
-            }
-            for name, read in reads.items():  # each read paired with the floor (a write before each pair)
-                mine = next(block)
-                times = c.interleaved(
-                    {name: lambda i, q=mine, read=read: read(i, q), "floor": lambda i, q=mine: floor(group, q[i])},
-                    len(mine),
-                    before=(lambda i, name=name: write(i * 2 + (name == "context"))) if mode == "written" else None,
-                )
-                figures = {key: c.summary(values) for key, values in times.items()}
-                c.line(
-                    f"{mode} {name} (ms)",
-                    p50=figures[name]["p50"],
-                    p95=figures[name]["p95"],
-                    floor_p50=figures["floor"]["p50"],
-                    floor_p95=figures["floor"]["p95"],
-                    ratio_p50=figures[name]["p50"] / figures["floor"]["p50"],
-                    ratio_p95=figures[name]["p95"] / figures["floor"]["p95"],
-                )
+        elif start == 0:  # Chroma cold: a new server process on the same folder
+            server.stop()
+            server.start()
+        started = time.perf_counter()
+        service = Epimem.from_settings(data_dir=folder, background=False, **chroma)
+        tiered(service, args.tier or ("vectors" if args.quick else "auto"))
+        opened = time.perf_counter() - started
+        started = time.perf_counter()
+        service.embedder.load()  # a server loads its model before it listens (/readyz): not the search's
+        model = time.perf_counter() - started
+        started = time.perf_counter()
+        service.search(group, asked[start], k=10)
+        first = time.perf_counter() - started
         cache = service.stats().read_cache
-        if cache is not None:
-            snapshot = service.memory.store.vectors.snapshot(group)
-            c.line(
-                "read cache",
-                tier="full" if snapshot.full else "vectors" if snapshot.directions is not None else "columns",
-                full=cache.full_groups,
-                records=cache.records,
-                patched=cache.extensions,
-                builds=cache.builds,
-                build_s=cache.build_seconds,
+        firsts.append({"open": opened, "model": model, "first_search": first, "kept": getattr(cache, "loads", 0)})
+        if start == 0:
+            service.close()
+    vectors = service.vector_count(group)
+    c.heading(f"one group of {vectors:,} vectors ({index_name(group)}), {args.questions} questions a block")
+    names = ("read from Chroma", "snapshot kept at the last close")
+    if server is not None:
+        names = ("read from a Chroma server just started", "read from the Chroma server, kept running")
+    for name, figures in zip(names, firsts, strict=True):
+        c.line(f"first search after a start, {name} (s)", **figures)
+    floor = Floor(service)
+    for question in asked[-3:]:  # warm-up
+        service.search(group, question, k=10)
+        floor(group, question)
+    block = iter(blocks)
+    for mode in ("idle", "written"):
+        run = int(time.time())
+
+        def write(i: int, run: int = run) -> None:
+            said = [{"id": f"w{run}-{i}", "role": "user", "content": f"Status {i}: all quiet, checking in."}]
+            service.add_messages(group, "live-writes", said)
+
+        reads = {
+            "search": lambda i, q: service.search(group, q[i], k=10),
+            "context": lambda i, q: service.context(group, q[i], token_budget=1000),
+        }
+        for name, read in reads.items():  # each read paired with the floor (a write before each pair)
+            mine = next(block)
+            times = c.interleaved(
+                {name: lambda i, q=mine, read=read: read(i, q), "floor": lambda i, q=mine: floor(group, q[i])},
+                len(mine),
+                before=(lambda i, name=name: write(i * 2 + (name == "context"))) if mode == "written" else None,
             )
-        service.close()
+            figures = {key: c.summary(values) for key, values in times.items()}
+            c.line(
+                f"{mode} {name} (ms)",
+                p50=figures[name]["p50"],
+                p95=figures[name]["p95"],
+                floor_p50=figures["floor"]["p50"],
+                floor_p95=figures["floor"]["p95"],
+                ratio_p50=figures[name]["p50"] / figures["floor"]["p50"],
+                ratio_p95=figures[name]["p95"] / figures["floor"]["p95"],
+            )
+    cache = service.stats().read_cache
+    if cache is not None:
+        snapshot = service.memory.store.vectors.snapshot(group)
+        c.line(
+            "read cache",
+            tier="full" if snapshot.full else "vectors" if snapshot.directions is not None else "columns",
+            full=cache.full_groups,
+            records=cache.records,
+            patched=cache.extensions,
+            builds=cache.builds,
+            build_s=cache.build_seconds,
+        )
+    service.close()
 
 
 if __name__ == "__main__":
