@@ -68,6 +68,9 @@ class GroupSnapshot:
     config: GroupConfiguration | None
     sessions: list[SessionInfo]
     full: bool = False
+    # Read as columns alone although the group fits a larger tier: the rest is being read in the
+    # background (memory.store.snapshots: two-step reads of big groups).
+    deferred: bool = False
     metadatas: list[dict[str, Any]] | None = None
     # Each stored vector / float(np.linalg.norm(vector)), float32 (records x dimension): the read path's
     # unit(). Every reader wants directions, so the vectors as stored are not kept.

@@ -207,6 +207,7 @@ def patch(
         config=snapshot.config,
         sessions=snapshot.sessions,
         full=snapshot.full,
+        deferred=snapshot.deferred,
     )
     if snapshot.metadatas is not None:
         fresh_metadata = [dict(record.metadata) for _, record in written] + [dict(r.metadata) for r in new]

@@ -26,24 +26,16 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from memory.models import GroupConfiguration, Message, SessionInfo
-from memory.store import codec, versions
-from memory.store.group_snapshot import (
-    FULL_RECORD_BYTES,
-    VECTOR_RECORD_BYTES,
-    GroupSnapshot,
-    Version,
-    columns_snapshot,
-    estimate_bytes,
-)
-from memory.store.paging import pages
+from memory.store import versions
+from memory.store.group_snapshot import GroupSnapshot, Version
 from memory.store.snapshot_files import Restorer
 from memory.store.snapshot_patch import diff, inherit, patch
+from memory.store.snapshot_reads import group_records, read_snapshot
+from memory.store.snapshot_upgrades import Upgrades
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections
@@ -68,6 +60,11 @@ class CacheStats:
     loads: int = 0  # builds that read the snapshot kept on disk at the last close (memory.store.snapshot_files)
 
 
+# Records past which a group read from Chroma is read in two steps: ~10,000 records take about a second
+# to read whole; a group of 69,000 took 12-13 s on a Chroma server, 4-7 s of it its vectors and messages.
+TWO_STEP_RECORDS = 20_000
+
+
 class SnapshotCache:
     def __init__(
         self,
@@ -79,6 +76,7 @@ class SnapshotCache:
         vector_group_bytes: int | None = None,
         recheck_s: float = 1.0,
         persist: bool = False,
+        two_step_records: int | None = TWO_STEP_RECORDS,
     ) -> None:
         self._collections = collections
         self.max_bytes = max_bytes
@@ -88,6 +86,10 @@ class SnapshotCache:
         # records' metadata): a request then reads neither from Chroma nor from the log.
         self.vector_group_bytes = vector_group_bytes if vector_group_bytes is not None else max_bytes
         self.recheck_s = recheck_s
+        # A group of more records than this, read from Chroma, is read as columns first and the rest in
+        # the background (memory.store.snapshot_reads); None: always in one step.
+        self.two_step_records = two_step_records
+        self._upgrades = Upgrades(self._read_whole, self.install_upgrade, self._deferred, collections.connection.call)
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._entries: OrderedDict[str, GroupSnapshot] = OrderedDict()
@@ -158,16 +160,73 @@ class SnapshotCache:
                 self.builds += 1
                 self.build_seconds += snapshot.built_s
                 self._evict(keep=group_id)
+        if snapshot.deferred:
+            self._upgrades.start(group_id)
         return snapshot
+
+    def install_upgrade(self, upgraded: GroupSnapshot) -> bool:
+        """Replace the group's deferred snapshot with ``upgraded`` (the same group read whole in the
+        background), brought forward with this process's writes since it was read; False when it
+        cannot be (the cached snapshot went, or is no longer deferred, or a write since is not
+        journaled: the next read of the group reads it again). Runs inside a store call."""
+        group_id = upgraded.group_id
+        with self._lock:
+            building = self._building.setdefault(group_id, threading.Lock())
+        with building:
+            cached = self.cached(group_id)
+            if cached is None or not cached.deferred:
+                return False
+            version = self.version(group_id, fresh=True, cached=None)
+            if upgraded.version != version and self._own_stamp(upgraded, version):
+                upgraded.version = version  # the stamp moved by this process's writes alone, all of them applied
+            if upgraded.version != version:
+                forward = self._extended(upgraded, version)
+                if forward is None:
+                    return False
+                upgraded = forward
+            inherit(upgraded, cached, diff(cached, upgraded))
+            with self._lock:
+                self._entries[group_id] = upgraded
+                self._entries.move_to_end(group_id)
+                self.builds += 1
+                self.build_seconds += upgraded.built_s
+                self._evict(keep=group_id)
+        return True
+
+    def _read_whole(self, group_id: str, cancelled: Callable[[], bool]) -> GroupSnapshot:
+        """The group read whole from Chroma, each page in a store call of its own (a background read)."""
+        started = time.perf_counter()
+        with self._collections.connection.call():
+            version = self.version(group_id, fresh=True, cached=None)
+        snapshot = read_snapshot(
+            self._collections,
+            group_id,
+            version,
+            full_group_bytes=self.full_group_bytes,
+            vector_group_bytes=self.vector_group_bytes,
+            page_call=self._collections.connection.call,
+            cancelled=cancelled,
+        )
+        snapshot.built_s = time.perf_counter() - started
+        return snapshot
+
+    def _deferred(self, group_id: str) -> bool:
+        cached = self.cached(group_id)
+        return cached is not None and cached.deferred
+
+    def wait_upgrades(self, timeout: float | None = None) -> None:
+        """Until the background reads of deferred snapshots have ended (tests, benchmarks)."""
+        self._upgrades.wait(timeout)
 
     def close(self) -> None:
         """Keep the snapshots at their group's current version on disk for the next start (embedded:
         memory.store.snapshot_files); the cache is not used after this."""
+        self._upgrades.stop()
         if self._files is None:
             return
         connection = self._collections.connection
-        with self._lock:
-            entries = list(self._entries.values())
+        with self._lock:  # a deferred snapshot is not kept: the next start reads the group again
+            entries = [snapshot for snapshot in self._entries.values() if not snapshot.deferred]
         for position, cached in enumerate(entries):  # brought up to date with this process's last writes
             current = connection.local_version(cached.group_id)
             if cached.version[0] < current:
@@ -282,13 +341,15 @@ class SnapshotCache:
         if any(change.group_records for change in changes):
             log = self._collections.log(snapshot.group_id, create=False)
             if log is not None:
-                snapshot.config, snapshot.sessions = _group_records(self._collections, log, snapshot.group_id)
+                snapshot.config, snapshot.sessions = group_records(self._collections, log, snapshot.group_id)
         inherit(snapshot, cached, how)
         snapshot.built_s = time.perf_counter() - started
         self.extensions += 1
         return snapshot
 
     def _build(self, group_id: str, version: Version) -> GroupSnapshot:
+        """The group's snapshot from its kept file, else read from Chroma: a group of more than
+        ``two_step_records`` records as columns first (``deferred``: the rest follows in the background)."""
         started = time.perf_counter()
         index = self._collections.vectors(group_id)
         count = index.count() if index is not None else 0
@@ -298,64 +359,14 @@ class SnapshotCache:
                 loaded.built_s = time.perf_counter() - started
                 self.loads += 1
                 return loaded
-        dimension = 0
-        vectors_kept = count * VECTOR_RECORD_BYTES <= self.vector_group_bytes
-        if vectors_kept and index is not None and count:  # the dimension from one record, not after reading all
-            first = index.get(limit=1, include=["embeddings"])["embeddings"]
-            dimension = len(first[0]) if first is not None and len(first) else 0
-        full = count * (FULL_RECORD_BYTES + 4 * dimension) <= self.full_group_bytes
-        vectors_kept = full or count * (VECTOR_RECORD_BYTES + 4 * dimension) <= self.vector_group_bytes
-        ids: list[str] = []
-        documents: list[str] = []
-        metadatas: list[dict[str, Any]] = []
-        read: list[np.ndarray] = []  # the vectors, page by page
-        include: list[Any] = ["documents", "metadatas"] + (["embeddings"] if vectors_kept else [])
-        for page in pages(index, include) if index is not None else ():
-            for record_id, text, metadata in codec.rows_of(page):
-                ids.append(record_id)
-                documents.append(text)
-                metadatas.append(metadata)
-            if vectors_kept and page["ids"]:
-                vectors = np.asarray(page["embeddings"], dtype=np.float32)
-                dimension = vectors.shape[1]
-                read.append(vectors)
-        full = full and len(ids) * (FULL_RECORD_BYTES + 4 * dimension) <= self.full_group_bytes
-        if vectors_kept and len(ids) * (VECTOR_RECORD_BYTES + 4 * dimension) > self.vector_group_bytes and not full:
-            vectors_kept, read = False, []  # grew past the bound while it was read
-        snapshot = columns_snapshot(group_id, version, ids, documents, metadatas)
-        log = self._collections.log(group_id, create=False)
-        if log is not None:
-            snapshot.config, snapshot.sessions = _group_records(self._collections, log, group_id)
-        if vectors_kept:
-            vectors = np.concatenate(read) if read else np.zeros((0, dimension), dtype=np.float32)
-            read.clear()
-            snapshot.full = full
-            snapshot.metadatas = metadatas if full else None
-            # Row by row, as unit() divides one vector by its norm: the same float32 values, in place.
-            for position, row in enumerate(vectors):
-                vectors[position] = row / (float(np.linalg.norm(row)) or 1.0)
-            snapshot.directions = vectors
-            snapshot.messages = _messages(self._collections, log, group_id) if log is not None else {}
-        snapshot.nbytes = estimate_bytes(snapshot)
+        snapshot = read_snapshot(
+            self._collections,
+            group_id,
+            version,
+            full_group_bytes=self.full_group_bytes,
+            vector_group_bytes=self.vector_group_bytes,
+            count=count,
+            columns_only=self.two_step_records is not None and count > self.two_step_records,
+        )
         snapshot.built_s = time.perf_counter() - started
         return snapshot
-
-
-def _group_records(
-    collections: Collections, log: Any, group_id: str
-) -> tuple[GroupConfiguration | None, list[SessionInfo]]:
-    found = codec.rows_of(log.get(ids=[codec.GROUP_RECORD_ID], include=["documents", "metadatas"]))
-    config = GroupConfiguration.model_validate_json(found[0][1]) if found else None
-    rows = collections.rows(log, where={"kind": "session"})
-    sessions = sorted(
-        (SessionInfo.model_validate_json(document) for _, document, _ in rows),
-        key=lambda info: (info.created_at, info.session_id),
-    )
-    return config, sessions
-
-
-def _messages(collections: Collections, log: Any, group_id: str) -> dict[str, Message]:
-    return {
-        record_id: codec.stored_from_log(group_id, document, metadata).message
-        for record_id, document, metadata in collections.rows(log, where={"kind": "message"})
-    }

@@ -12,6 +12,8 @@ Measure (the default): a service started on the folder, then
 - first search after a start, twice: the group read from Chroma (no snapshot kept: a first start, or one
   after a crash), then after a restart with the snapshot the first start kept at its close
   (memory.store.snapshot_files); the model is loaded before, as a server does before it is ready;
+  ``two_step``: the first search read the columns alone (a big group: memory.store.snapshot_reads),
+  ``read_whole``: seconds until its vectors and messages, read in the background, were in memory;
 - idle and written: for LoCoMo questions (``--questions`` new ones per block, so the query-embedding
   cache never answers one), alternating, ``search`` (k 10) and ``context`` (1,000 tokens)
   through the facade, and the floor (the query embedding, encoded, plus one raw Chroma query of 10 over
@@ -210,8 +212,20 @@ def measure(args: argparse.Namespace, folder: Path, server: ChromaServer | None)
         started = time.perf_counter()
         service.search(group, asked[start], k=10)
         first = time.perf_counter() - started
+        deferred = service.memory.store.vectors.snapshot(group).deferred
+        service.memory.store.vectors.snapshots.wait_upgrades()  # a big group's vectors and messages, read behind
+        whole = time.perf_counter() - started
         cache = service.stats().read_cache
-        firsts.append({"open": opened, "model": model, "first_search": first, "kept": getattr(cache, "loads", 0)})
+        firsts.append(
+            {
+                "open": opened,
+                "model": model,
+                "first_search": first,
+                "two_step": deferred,
+                "read_whole": whole,
+                "kept": getattr(cache, "loads", 0),
+            }
+        )
         if start == 0:
             service.close()
     vectors = service.vector_count(group)
