@@ -46,6 +46,7 @@ def analyse(
     names_to_ids: bool = False,
     other_names: bool = True,
     strip_names: bool = True,
+    first_person: bool = False,
 ) -> QueryAnalysis:
     """``speakers``: the group's speakers (casefolded ids); ``names``: their other names (retrieval.names)."""
     text = with_ids(query.query, names) if names_to_ids else query.query
@@ -54,7 +55,7 @@ def analyse(
     return QueryAnalysis(
         text=text,
         named=frozenset(named),
-        match_text=without_names(text, named, known or {}) if strip_names else text,
+        match_text=without_names(text, named, known or {}, first_person=first_person) if strip_names else text,
         window=resolve_window(query),
         mentions=tuple(time_mentions(text, reference=query.reference_time, timezone=query.timezone)),
         asks_when=bool(_ASKS_WHEN.search(text)),

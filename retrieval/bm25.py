@@ -186,6 +186,21 @@ class Postings:
             found = np.arange(self.starts[token], self.starts[token + 1])
         return np.concatenate([found, tail[tail_tokens == token]]) if len(tail) else found
 
+    def ideal(self, query_tokens: list[str]) -> float:
+        """The sum of the query tokens' idf (as ``scores`` weighs them; a token no record holds: the greatest
+        idf): what a record holding every query token would approach, the scale of a full match."""
+        size = len(self.lengths)
+        if not query_tokens or not size:
+            return 0.0
+        wanted = np.unique(np.asarray([self.vocabulary[t] for t in query_tokens if t in self.vocabulary], np.int32))
+        tail = self.ordered + np.flatnonzero(np.isin(self.tokens[self.ordered :], wanted))
+        tail_tokens = self.tokens[tail]
+        total = 0.0
+        for token in query_tokens:
+            found = len(self._entries_of(self.vocabulary[token], tail, tail_tokens)) if token in self.vocabulary else 0
+            total += math.log(1 + (size - found + 0.5) / (found + 0.5))
+        return total
+
     def scores(self, query_tokens: list[str], *, k1: float, b: float) -> np.ndarray:
         """BM25 of every record for the query's tokens (float32, zeros where none matches)."""
         size = len(self.lengths)

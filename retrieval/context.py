@@ -8,8 +8,9 @@ episode's title). Date lines leave more of the budget to messages.
 Messages are scored as retrieval.scoring says (the message's own match, its episode's, its
 neighbour's, the speakers and times the query names).
 
-Messages are packed greedily in that order while they fit; pieces are then printed in
-chronological order. A piece cites exactly the messages whose text it contains.
+Messages are packed greedily in that order (less a length penalty and, of two near-equal matches, a little
+less for the newer one: retrieval.spread) while they fit; pieces are then printed in chronological order. A
+piece cites exactly the messages whose text it contains.
 
 Tokens are counted offline as ceil(characters / 4) of the whole text (newlines included), or, when
 a wordpiece counter is given, as max(that, wordpieces of the bundled tokenizer): the text never
@@ -74,6 +75,13 @@ class PackingPolicy(ScoringPolicy):
     # of two short ones (0.02: chosen held out in every fold, issue 29; the others are off, see the docs)
     length_penalty: float = 0.02
     day_spread: float = 0.0
+    # ... and (issue 29, fifth pass) by ``echo`` x its likeness above ``echo_floor`` with an earlier message of
+    # another episode among those offered (the first mention before its restatements; off), and by ``primacy`` x
+    # the share of those offered that are older than it: the older of near-equal matches first (0.1: chosen held
+    # out in every fold; not when the query asks for recent messages, ``recency_weight``)
+    echo: float = 0.0
+    echo_floor: float = 0.5
+    primacy: float = 0.1
     titles: bool = False  # a header per piece, with the episode's title
 
     def at_budget(self, budget: int) -> PackingPolicy:
@@ -204,6 +212,7 @@ class ContextBuilder:
                 break
             packer.add(piece, index, query.token_budget)
         # With every penalty off this offers ``ranked`` in its own order (it is sorted by score, ties by position).
+        timed = bool(policy.echo or (policy.primacy and query.recency_weight <= 0))
         spread_order(
             values,
             [piece.episode.uuid for piece, _i in ranked],
@@ -215,6 +224,10 @@ class ContextBuilder:
             episode_spread=policy.episode_spread,
             lengths=[len(piece.messages[i].content) for piece, i in ranked],
             length_penalty=policy.length_penalty,
+            times=[piece.messages[i].timestamp.timestamp() for piece, i in ranked] if timed else [],
+            echo=policy.echo,
+            echo_floor=policy.echo_floor,
+            primacy=policy.primacy if query.recency_weight <= 0 else 0.0,  # the query asks for recent: not older
             take=lambda n: packer.add(*ranked[n], query.token_budget),
         )
         ordered = sorted(packer.chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
@@ -258,7 +271,8 @@ class ContextBuilder:
         policy: PackingPolicy,
     ) -> tuple[list[tuple[_Piece, int]], list[tuple[_Piece, int]], list[float], np.ndarray | None]:
         """Every message of the best episodes, best first (those a filter lets pass); (``plain_share``) the
-        same by their score before the speaker prior; the scores of the first; (``redundancy``) their vectors."""
+        same by their score before the speaker prior; the scores of the first; (``redundancy``, ``echo``) their
+        vectors."""
         ranked: list[tuple[float, float, _Piece, int]] = []
         kept: dict[tuple[str, int], np.ndarray] = {}
         match = self._searcher.filter_match(group_id, query.filter) if query.filter is not None else None
@@ -271,7 +285,7 @@ class ContextBuilder:
             analysis,
             policy,
             plain_episodes=reserve,
-            vectors=policy.redundancy > 0,
+            vectors=policy.redundancy > 0 or policy.echo > 0,
         )
         for scored in scored_episodes:
             piece = _Piece(scored.episode, scored.messages, set())

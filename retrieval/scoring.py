@@ -50,6 +50,9 @@ class ScoringPolicy:
     max_episodes: int = 40  # episodes whose messages are returned
     select: Literal["group", "episodes"] = "group"  # score every message, or those of the best-ranked episodes
     keyword_weight: float = 0.3  # BM25 (divided by the query's best BM25 score) added to the cosine
+    # ... divided by at least this x the query's full-match scale (its tokens' idf summed; 0: the best score only):
+    # when only the query's common words are found, the best of those matches is not worth a full keyword match
+    keyword_ideal: float = 0.0
     episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
     neighbour_share: float = 0.2  # weight of the best adjacent message's own signal
     speaker_bonus: float = 0.6  # added to the messages of a speaker the query names (by id or other name)
@@ -59,6 +62,7 @@ class ScoringPolicy:
     search_evidence: float = 2.0  # search: weight of an episode's best message score beside its fused rank
     when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
     strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
+    first_person: bool = False  # ... and one named speaker's name read as "I" / "my" (what their messages say)
     names_to_ids: bool = False  # read a speaker's other names in the query as its id
     other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
     # The speaker bonus also for the best ``speaker_admit`` messages by their score before it, whoever said
@@ -145,9 +149,10 @@ def score_messages(
         rows = source.episode_rows(group_id, leading, loaded)
     if not len(rows):
         return []
-    _index, keyword = source.keyword_scores(group_id, analysis.match_text)
+    index, keyword = source.keyword_scores(group_id, analysis.match_text)
     vector = unit(source.embed_query(analysis.match_text))
-    scores, prior = scored_rows(rows, vector, keyword, query, analysis, policy)
+    ideal = policy.keyword_ideal * index.ideal(analysis.match_text) if policy.keyword_ideal > 0 else 0.0
+    scores, prior = scored_rows(rows, vector, keyword, query, analysis, policy, ideal=ideal)
     plain = scores - prior
     chosen = _leading(rows, scores, policy.max_episodes if whole_group else None)
     if plain_episodes:
@@ -183,10 +188,13 @@ def scored_rows(
     query: Query,
     analysis: QueryAnalysis,
     policy: ScoringPolicy,
+    *,
+    ideal: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(one score per row, -inf outside the query's sessions and time window; the part of it the
-    speaker prior added)."""
+    speaker prior added). BM25 is divided by the query's best BM25 score, or by ``ideal`` where greater."""
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
+    top = max(top, ideal)
     cosine = _cosines(rows, query_vector)
 
     def lexical(positions: np.ndarray) -> np.ndarray:

@@ -229,6 +229,7 @@ class Searcher:
             names_to_ids=policy.names_to_ids,
             other_names=policy.other_names,
             strip_names=policy.strip_names,
+            first_person=policy.first_person,
         )
 
     def message_evidence(

@@ -132,6 +132,28 @@ VARIANTS: dict[str, PackingPolicy] = {
     "length 0.02": replace(BASE, length_penalty=0.02),  # the default since issue 29's fourth pass
     "no length penalty (before)": replace(BASE, length_penalty=0.0),
     "length 0.05": replace(BASE, length_penalty=0.05),
+    # issue 29, fifth pass (long chats): the first mention before its restatements, the older of near-equal
+    # matches first (primacy 0.1: the default since), a named person's name read as "I" / "my" in the matched text,
+    # BM25 divided by at least a share of the query's full-match scale (ScoringPolicy.keyword_ideal). Each as
+    # measured: on the fourth pass's default (no primacy) unless its name says primacy.
+    "no primacy (before)": replace(BASE, primacy=0.0),
+    "echo 0.1 above 0.5": replace(BASE, primacy=0.0, echo=0.1, echo_floor=0.5),
+    "echo 0.2 above 0.5": replace(BASE, primacy=0.0, echo=0.2, echo_floor=0.5),
+    "echo 0.3 above 0.7": replace(BASE, primacy=0.0, echo=0.3, echo_floor=0.7),
+    "echo 0.1 above 0.3": replace(BASE, primacy=0.0, echo=0.1, echo_floor=0.3),
+    "primacy 0.02": replace(BASE, primacy=0.02),
+    "primacy 0.05": replace(BASE, primacy=0.05),
+    "primacy 0.1": replace(BASE, primacy=0.1),  # the default since the fifth pass
+    "primacy 0.15": replace(BASE, primacy=0.15),
+    "primacy 0.2": replace(BASE, primacy=0.2),
+    "primacy 0.3": replace(BASE, primacy=0.3),
+    "primacy 0.1 + echo 0.1 above 0.5": replace(BASE, primacy=0.1, echo=0.1, echo_floor=0.5),
+    "primacy 0.1 + keyword scale 0.2": replace(BASE, primacy=0.1, keyword_ideal=0.2),
+    "first person": replace(BASE, primacy=0.0, first_person=True),
+    "keyword scale 0.2": replace(BASE, primacy=0.0, keyword_ideal=0.2),
+    "keyword scale 0.3": replace(BASE, primacy=0.0, keyword_ideal=0.3),
+    "keyword scale 0.4": replace(BASE, primacy=0.0, keyword_ideal=0.4),
+    "primacy 0.1 + first person": replace(BASE, primacy=0.1, first_person=True),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {

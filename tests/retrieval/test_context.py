@@ -265,9 +265,9 @@ def test_the_best_message_is_found_outside_the_best_ranked_episodes(make_service
     assert "b1" in cited("group")  # scoring every message finds the exact turn
 
 
-def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id: str) -> None:
-    # A long chat: the same remark comes back on later days; what was said once, early, matches a little less.
-    # Sessions a day apart, one per day: each is its own episode and its own date line.
+def add_bowl_chat(service: Epimem, group_id: str) -> None:
+    """A long chat: the same remark comes back on later days; what was said once, early, matches a little less.
+    Sessions a day apart, one per day: each is its own episode and its own date line."""
     remark = "That bowl you made in pottery class is lovely!"
     days = [[("Ben", "Ana made the black and white bowl herself, in her pottery class.")]]
     days += [[("Ben", f"{remark} {tail}")] for tail in ("Really.", "Truly.", "Honestly.", "So nice.")]
@@ -276,6 +276,10 @@ def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id
             group_id, f"day-{day}", builders.turns(lines, prefix=f"d{day}-", start=T0 + timedelta(days=day))
         )
         service.flush(group_id, f"day-{day}")
+
+
+def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id: str) -> None:
+    add_bowl_chat(service, group_id)
     query = ContextQuery(query="That bowl from pottery class is lovely", token_budget=75)  # room for three
 
     def cited(**spread: float) -> list[str]:  # the default length penalty holds in every case
@@ -291,3 +295,23 @@ def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id
     assert "d0-0" in cited(redundancy=1.0, redundancy_floor=0.8)
     assert "d0-0" not in cited(redundancy=1.0)  # without the floor the early message is lowered as much
     assert cited(day_spread=2.0) == plain  # every message is alone on its day: nothing to spread
+
+
+def test_the_first_mention_can_come_before_its_restatements(service: Epimem, group_id: str) -> None:
+    add_bowl_chat(service, group_id)
+    query = ContextQuery(query="That bowl from pottery class is lovely", token_budget=75)  # room for three
+
+    def cited(query: ContextQuery = query, **knobs: float) -> list[str]:
+        builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(**knobs))
+        result = builder.build(group_id, query)
+        assert result.tokens <= query.token_budget
+        return [m for c in result.citations for m in c.message_ids]
+
+    assert "d0-0" not in cited()  # the later repeats fill the budget
+    # echo: each repeat restates an earlier one (cosine 0.98-1.0; the first repeat is at 0.70 with the original,
+    # under the floor): all but the first repeat yield to the original
+    assert "d0-0" in cited(echo=1.0, echo_floor=0.8)
+    # primacy: the older of near-equal matches first (the original is the oldest of five: nothing taken from it)
+    assert "d0-0" in cited(primacy=1.0)
+    # ... but not when the query asks for recent messages
+    assert "d0-0" not in cited(query.model_copy(update={"recency_weight": 0.5}), primacy=1.0)

@@ -61,3 +61,21 @@ def test_more_messages_per_episode_or_longer_ones_are_lowered() -> None:
     assert order(["a", "a", "c"], ["d1", "d1", "d1"], episode_spread=0.1)[0] == [0, 2, 1]
     # 0.95 - 0.1 x 2 (200 characters) falls below 0.9 - 0.1 x 0.2
     assert order(["a", "b", "c"], ["d1"] * 3, lengths=[20, 200, 20], length_penalty=0.1)[0] == [0, 2, 1]
+
+
+def test_a_restatement_of_an_earlier_message_yields_to_the_original() -> None:
+    # item 0 (the best) restates item 2, said earlier in another episode; item 1 is new
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]], dtype=np.float32)
+    times = [30.0, 20.0, 10.0]
+    assert order(["a", "b", "c"], ["d1"] * 3, vectors, times=times, echo=0.2, echo_floor=0.5)[0] == [1, 2, 0]
+    # the original is not lowered by its later restatement, and a likeness inside one episode does not count
+    assert order(["a", "b", "a"], ["d1"] * 3, vectors, times=times, echo=0.2, echo_floor=0.5)[0] == [0, 1, 2]
+    # below the floor nothing is lowered: cosine 0.8 against a floor of 0.85
+    close = np.array([[0.8, 0.6], [0.0, 1.0], [1.0, 0.0]], dtype=np.float32)
+    assert order(["a", "b", "c"], ["d1"] * 3, close, times=times, echo=0.2, echo_floor=0.85)[0] == [0, 1, 2]
+
+
+def test_primacy_puts_the_older_of_near_equal_matches_first() -> None:
+    # newest first by score; 0.2 x (share older) turns the order round: 1.0 - 0.2, 0.95 - 0.1, 0.9
+    assert order(["a", "b", "c"], ["d1"] * 3, times=[30.0, 20.0, 10.0], primacy=0.2)[0] == [2, 1, 0]
+    assert order(["a", "b", "c"], ["d1"] * 3, times=[30.0, 20.0, 10.0], primacy=0.02)[0] == [0, 1, 2]
