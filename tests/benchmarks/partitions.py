@@ -10,6 +10,12 @@ touches every partition with a session-scoped search and reports its resident me
     python tests/benchmarks/partitions.py --recycle-after 0   # never restart embedded Chroma (the naive configuration)
     python tests/benchmarks/partitions.py --sessions 10000 --batch 32   # 200,000 vectors in the group index
     python tests/benchmarks/partitions.py --server --sessions 1000 --batch 32 --no-touch   # a real `chroma run`
+    python tests/benchmarks/partitions.py --sessions 10000 --batch 32 --no-touch --text-vectors   # text-like vectors
+
+``--text-vectors``: the records' vectors are the bundled model's (index_graph.text_vectors: every turn of LoCoMo
+and REALTALK dev, and the means of windows of 2-7 turns, shuffled), each repeat of one a little off it (noise of
+norm 0.3, cosine ~0.96 to it), instead of random unit vectors (HNSW's costliest insert: no structure). The issue's
+figure is the random one; this one says what a group of real text costs.
 
 ``--batch N`` creates N partitions per store call (``upsert_sessions``, the ingest path: each partition
 written, then the group index once for all N) instead of one ``upsert`` per partition.
@@ -68,9 +74,37 @@ def episode_text(rng: random.Random) -> tuple[str, str]:
     return title, content
 
 
-def make_records(number: int, episodes: int, rng: random.Random, nprng: np.random.Generator) -> list[VectorRecord]:
-    vectors = nprng.standard_normal((episodes, DIMENSION)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+class TextVectors:
+    """Text-like unit vectors, drawn in turn from a shuffled base; each pass after the first a little off it."""
+
+    def __init__(self, base: np.ndarray, seed: int = 7) -> None:
+        self._rng = np.random.default_rng(seed)
+        self._base = base[self._rng.permutation(len(base))]
+        self._used = 0
+        self.base = len(base)
+
+    def __call__(self, count: int) -> np.ndarray:
+        positions = np.arange(self._used, self._used + count)
+        self._used += count
+        vectors = self._base[positions % len(self._base)].copy()
+        repeats = positions >= len(self._base)
+        noise = self._rng.standard_normal((int(repeats.sum()), vectors.shape[1])).astype(np.float32)
+        vectors[repeats] += 0.3 * noise / np.linalg.norm(noise, axis=1, keepdims=True)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def make_records(
+    number: int,
+    episodes: int,
+    rng: random.Random,
+    nprng: np.random.Generator,
+    draw: TextVectors | None = None,
+) -> list[VectorRecord]:
+    if draw is not None:
+        vectors = draw(episodes)
+    else:
+        vectors = nprng.standard_normal((episodes, DIMENSION)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     start = datetime(2023, 1, 1, tzinfo=UTC) + timedelta(days=number % 365)
     records = []
     for index in range(episodes):
@@ -99,10 +133,17 @@ def _cpu_s(process: psutil.Process | None) -> float:
 
 
 def build(
-    store: Store, sessions: int, episodes: int, *, batch: int = 1, seed: int = 7, server: int | None = None
+    store: Store,
+    sessions: int,
+    episodes: int,
+    *,
+    batch: int = 1,
+    seed: int = 7,
+    server: int | None = None,
+    draw: TextVectors | None = None,
 ) -> dict[str, Any]:
     """Create the partitions, ``batch`` per store call; returns creation timings (per partition) and memory.
-    ``server``: the pid of a Chroma server, whose CPU time is counted too."""
+    ``server``: the pid of a Chroma server, whose CPU time is counted too; ``draw``: text-like vectors."""
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
     store.log.register_group(GROUP)
@@ -113,7 +154,7 @@ def build(
     with c.PeakRss() as peak:
         for first in range(0, sessions, batch):
             numbers = range(first, min(first + batch, sessions))
-            records = {session_id(number): make_records(number, episodes, rng, nprng) for number in numbers}
+            records = {session_id(number): make_records(number, episodes, rng, nprng, draw) for number in numbers}
             started, cpu_started, server_started = time.perf_counter(), time.process_time(), _cpu_s(chroma)
             if batch == 1:
                 store.vectors.upsert(GROUP, session_id(first), records[session_id(first)])
@@ -241,6 +282,9 @@ def main() -> None:
         action="store_true",
         help="with --server: index the server's write log first (memory.store.write_log_index)",
     )
+    parser.add_argument(
+        "--text-vectors", action="store_true", help="the bundled model's vectors of dev chats, not random"
+    )
     parser.add_argument("--serve-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     defaults = Settings()
@@ -310,7 +354,13 @@ def run(
     c.line("rss before / model+store loaded MB", before=rss_start, loaded=rss_loaded)
     if not args.reuse:
         pid = server.process.pid if server is not None and server.process is not None else None
-        built = build(service.memory.store, sessions, args.episodes, batch=args.batch, server=pid)
+        draw = None
+        if args.text_vectors:
+            from index_graph import text_vectors
+
+            draw = TextVectors(text_vectors(service.embedder))
+            c.line("text-like vectors", base=draw.base)
+        built = build(service.memory.store, sessions, args.episodes, batch=args.batch, server=pid, draw=draw)
         c.line(
             "creation per partition (ms)",
             p50=built["creation"]["p50"],
