@@ -186,19 +186,24 @@ class Postings:
             found = np.arange(self.starts[token], self.starts[token + 1])
         return np.concatenate([found, tail[tail_tokens == token]]) if len(tail) else found
 
+    def _tail_of(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The entries of the unsorted tail (added since the last sort) that hold one of these tokens, and
+        their tokens."""
+        wanted = np.unique(np.asarray(ids, dtype=np.int32))
+        tail = self.ordered + np.flatnonzero(np.isin(self.tokens[self.ordered :], wanted))
+        return tail, self.tokens[tail]
+
     def ideal(self, query_tokens: list[str]) -> float:
         """The sum of the query tokens' idf (as ``scores`` weighs them; a token no record holds: the greatest
         idf): what a record holding every query token would approach, the scale of a full match."""
         size = len(self.lengths)
         if not query_tokens or not size:
             return 0.0
-        wanted = np.unique(np.asarray([self.vocabulary[t] for t in query_tokens if t in self.vocabulary], np.int32))
-        tail = self.ordered + np.flatnonzero(np.isin(self.tokens[self.ordered :], wanted))
-        tail_tokens = self.tokens[tail]
+        tail, tail_tokens = self._tail_of([self.vocabulary[t] for t in query_tokens if t in self.vocabulary])
         total = 0.0
         for token in query_tokens:
             found = len(self._entries_of(self.vocabulary[token], tail, tail_tokens)) if token in self.vocabulary else 0
-            total += math.log(1 + (size - found + 0.5) / (found + 0.5))
+            total += _idf(size, found)
         return total
 
     def scores(self, query_tokens: list[str], *, k1: float, b: float) -> np.ndarray:
@@ -209,21 +214,24 @@ class Postings:
         if not ids or not size:
             return found
         average = float(self.lengths.mean(dtype=np.float64)) or 1.0
-        wanted = np.unique(np.asarray(ids, dtype=np.int32))
-        tail = self.ordered + np.flatnonzero(np.isin(self.tokens[self.ordered :], wanted))
-        tail_tokens = self.tokens[tail]
+        tail, tail_tokens = self._tail_of(ids)
         parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for token in ids:  # in the query's order, as bm25s adds them up
             if token not in parts:
                 entries = self._entries_of(token, tail, tail_tokens)
                 docs = self.docs[entries]
-                idf = float(np.float32(math.log(1 + (size - len(entries) + 0.5) / (len(entries) + 0.5))))
+                idf = float(np.float32(_idf(size, len(entries))))
                 counts = self.counts[entries].astype(np.float64)
                 norms = k1 * ((1 - b) + b * self.lengths[docs].astype(np.float64) / average)
                 parts[token] = (docs, (idf * (counts / (norms + counts))).astype(np.float32))
             docs, part = parts[token]
             np.add.at(found, docs, part)
         return found
+
+
+def _idf(size: int, found: int) -> float:
+    """BM25's idf of a token that ``found`` of ``size`` records hold (as bm25s weighs it)."""
+    return math.log(1 + (size - found + 0.5) / (found + 0.5))
 
 
 def _starts(tokens: np.ndarray, vocabulary: int) -> np.ndarray:

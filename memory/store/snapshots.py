@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memory.store import versions
 from memory.store.group_snapshot import GroupSnapshot, Version
@@ -152,14 +152,7 @@ class SnapshotCache:
                 snapshot = self._build(group_id, version)
                 if cached is not None and len(cached):  # its derived structures patched, not built again
                     inherit(snapshot, cached, diff(cached, snapshot))
-            with self._lock:
-                if cached is not None:
-                    self.invalidations += 1
-                self._entries[group_id] = snapshot
-                self._entries.move_to_end(group_id)
-                self.builds += 1
-                self.build_seconds += snapshot.built_s
-                self._evict(keep=group_id)
+            self._install(snapshot, replaced=cached is not None)
         if snapshot.deferred:
             self._upgrades.start(group_id)
         return snapshot
@@ -185,30 +178,39 @@ class SnapshotCache:
                     return False
                 upgraded = forward
             inherit(upgraded, cached, diff(cached, upgraded))
-            with self._lock:
-                self._entries[group_id] = upgraded
-                self._entries.move_to_end(group_id)
-                self.builds += 1
-                self.build_seconds += upgraded.built_s
-                self._evict(keep=group_id)
+            self._install(upgraded)
         return True
+
+    def _install(self, snapshot: GroupSnapshot, *, replaced: bool = False) -> None:
+        """Cache a snapshot just built as its group's (``replaced``: an outdated one was cached)."""
+        with self._lock:
+            if replaced:
+                self.invalidations += 1
+            self._entries[snapshot.group_id] = snapshot
+            self._entries.move_to_end(snapshot.group_id)
+            self.builds += 1
+            self.build_seconds += snapshot.built_s
+            self._evict(keep=snapshot.group_id)
 
     def _read_whole(self, group_id: str, cancelled: Callable[[], bool]) -> GroupSnapshot:
         """The group read whole from Chroma, each page in a store call of its own (a background read)."""
         started = time.perf_counter()
         with self._collections.connection.call():
             version = self.version(group_id, fresh=True, cached=None)
-        snapshot = read_snapshot(
+        snapshot = self._read(group_id, version, page_call=self._collections.connection.call, cancelled=cancelled)
+        snapshot.built_s = time.perf_counter() - started
+        return snapshot
+
+    def _read(self, group_id: str, version: Version, **how: Any) -> GroupSnapshot:
+        """The group read from Chroma within the cache's bounds (snapshot_reads.read_snapshot: ``how``)."""
+        return read_snapshot(
             self._collections,
             group_id,
             version,
             full_group_bytes=self.full_group_bytes,
             vector_group_bytes=self.vector_group_bytes,
-            page_call=self._collections.connection.call,
-            cancelled=cancelled,
+            **how,
         )
-        snapshot.built_s = time.perf_counter() - started
-        return snapshot
 
     def _deferred(self, group_id: str) -> bool:
         cached = self.cached(group_id)
@@ -359,14 +361,7 @@ class SnapshotCache:
                 loaded.built_s = time.perf_counter() - started
                 self.loads += 1
                 return loaded
-        snapshot = read_snapshot(
-            self._collections,
-            group_id,
-            version,
-            full_group_bytes=self.full_group_bytes,
-            vector_group_bytes=self.vector_group_bytes,
-            count=count,
-            columns_only=self.two_step_records is not None and count > self.two_step_records,
-        )
+        columns_only = self.two_step_records is not None and count > self.two_step_records
+        snapshot = self._read(group_id, version, count=count, columns_only=columns_only)
         snapshot.built_s = time.perf_counter() - started
         return snapshot

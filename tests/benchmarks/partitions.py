@@ -81,7 +81,7 @@ class TextVectors:
         self._rng = np.random.default_rng(seed)
         self._base = base[self._rng.permutation(len(base))]
         self._used = 0
-        self.base = len(base)
+        self.size = len(base)
 
     def __call__(self, count: int) -> np.ndarray:
         positions = np.arange(self._used, self._used + count)
@@ -359,7 +359,7 @@ def run(
             from index_graph import text_vectors
 
             draw = TextVectors(text_vectors(service.embedder))
-            c.line("text-like vectors", base=draw.base)
+            c.line("text-like vectors", base=draw.size)
         built = build(service.memory.store, sessions, args.episodes, batch=args.batch, server=pid, draw=draw)
         c.line(
             "creation per partition (ms)",

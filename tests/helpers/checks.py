@@ -126,3 +126,13 @@ def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
 def keyword_scores(index: KeywordIndex, snapshot: GroupSnapshot, query: str) -> dict[str, float]:
     scores = index.scores(query)
     return {record_id: float(scores[position]) for position, record_id in enumerate(snapshot.ids)}
+
+
+def answers(service: Epimem, group_id: str, queries: Sequence[str]) -> list[Any]:
+    """What a client sees for each query: the context (text, citations) and the search hits (ids, scores)."""
+    found: list[Any] = []
+    for query in queries:
+        context = service.context(group_id, query, token_budget=300)
+        hits = service.search(group_id, query, k=5)
+        found.append((context.text, context.citations, [(h.episode.uuid, round(h.score, 9)) for h in hits]))
+    return found

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.builders import messages
-from helpers.checks import by_record, keyword_scores
+from helpers.checks import answers, by_record, keyword_scores
 from test_snapshot_patches import QUERIES
 
 from api.facade import Epimem
@@ -70,12 +70,7 @@ def seed(service: Epimem) -> None:
 
 
 def reads(service: Epimem) -> list[Any]:
-    found: list[Any] = []
-    for query in QUERIES:
-        context = service.context(GROUP, query, token_budget=300)
-        hits = service.search(GROUP, query, k=5)
-        found.append((context.text, context.citations, [(h.episode.uuid, round(h.score, 9)) for h in hits]))
-    return found
+    return answers(service, GROUP, QUERIES)
 
 
 def files(service: Epimem) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers.builders import T0, chat, two_episode_session
+from helpers.checks import answers
 
 from api.facade import Epimem
 from memory.store import snapshots as snapshots_module
@@ -56,15 +57,6 @@ def _filled(service: Epimem, group_id: str) -> None:
     service.add_messages(group_id, "s3", chat("open", 3, start=T0 + timedelta(days=20)))  # never flushed
 
 
-def _answers(service: Epimem, group_id: str) -> list[Any]:
-    found: list[Any] = []
-    for query in QUERIES:
-        context = service.context(group_id, query, token_budget=300)
-        hits = service.search(group_id, query, k=5)
-        found.append((context.text, context.citations, [(h.episode.uuid, round(h.score, 9)) for h in hits]))
-    return found
-
-
 def _read_whole(service: Epimem, group_id: str) -> Any:
     """The group's snapshot read again in one step (what the upgrade must equal)."""
     snapshots = service.memory.store.vectors.snapshots
@@ -86,10 +78,10 @@ def test_the_first_read_waits_for_the_columns_only(
 ) -> None:
     _filled(two_step, group_id)
     snapshots = two_step.memory.store.vectors.snapshots
-    expected = _answers(two_step, group_id)  # from the snapshot the writes patched
+    expected = answers(two_step, group_id, QUERIES)  # from the snapshot the writes patched
     snapshots.forget(group_id)
     gate = Gate(monkeypatch, after=False)
-    assert _answers(two_step, group_id) == expected  # columns only: the rest read from Chroma per request
+    assert answers(two_step, group_id, QUERIES) == expected  # columns only: the rest read from Chroma per request
     first = two_step.memory.store.vectors.snapshot(group_id)
     assert first.deferred and first.directions is None and first.messages is None
     assert gate.reached.wait(30)
@@ -98,7 +90,7 @@ def test_the_first_read_waits_for_the_columns_only(
     upgraded = two_step.memory.store.vectors.snapshot(group_id)
     assert not upgraded.deferred and upgraded.full and upgraded.directions is not None and upgraded.messages
     assert upgraded.has(KeywordCache.KEY)  # the columns' keyword index carried over, not built again
-    assert _answers(two_step, group_id) == expected
+    assert answers(two_step, group_id, QUERIES) == expected
     _same_rows(upgraded, _read_whole(two_step, group_id))
 
 
