@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import threading
@@ -116,6 +117,15 @@ class SentenceTransformerEmbedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        # The Hugging Face tokenizer keeps padding and truncation as state on its Rust backend and sets them on
+        # every call: a count (no padding) between another thread's setting and its batch left that batch
+        # unpadded (ValueError "expected sequence of length 18 ... (got 19)", a 500 under concurrent writes).
+        # Counting gets a backend of its own with neither set, and one batch now sets the embedding state before
+        # any request can race to set it first.
+        self._counter = copy.deepcopy(self._model.tokenizer.backend_tokenizer)
+        self._counter.no_padding()
+        self._counter.no_truncation()
+        self.embed_batch(["epimem"])
 
     def load(self) -> None:
         """Make sure the model is loaded (it is; ``LazyEmbedder`` defers it)."""
@@ -178,7 +188,7 @@ class SentenceTransformerEmbedder:
         return [found[text] for text in texts]
 
     def count_tokens(self, text: str) -> int:
-        return len(self._model.tokenizer.tokenize(text))
+        return len(self._counter.encode(text, add_special_tokens=False).ids)
 
 
 def _fingerprint(path: Path) -> str:
