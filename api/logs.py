@@ -14,6 +14,8 @@ import sys
 import uuid
 from datetime import UTC, datetime
 
+from memory.json_lines import one_line
+
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("epimem_request_id", default=None)
 
 _GOOD_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -44,7 +46,7 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = getattr(record, name)
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return one_line(json.dumps(entry, ensure_ascii=False))
 
 
 def configure_logging(level: str = "INFO") -> None:

@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from memory.errors import InvalidInputError
+from memory.json_lines import one_line
 from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
@@ -52,7 +53,8 @@ def model_identity(model_id: str) -> dict[str, Any]:
 
 
 def line(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+    """One record of the file: a JSON object on one line for any line reader (memory.json_lines)."""
+    return one_line(json.dumps(record, ensure_ascii=False, separators=(",", ":"))) + "\n"
 
 
 @dataclass
