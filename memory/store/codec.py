@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,15 +32,23 @@ GROUP_RECORD_ID = "group"
 PLACEHOLDER: Any = [0.0]
 
 
-# How a record is written to Chroma (tests/benchmarks/record_format.py measured both choices):
-# - its text (an episode's content, a message, a session's or group's JSON) goes in its metadata
-#   under TEXT_KEY, not in Chroma's document: Chroma indexes every document in a trigram full-text
-#   table that epimem never queries (BM25 runs over the read snapshot);
-# - the keys written once with a record and never filtered on nor updated in place go in one JSON
-#   value under PACKED_KEY: Chroma stores and indexes each metadata key as a row of its own.
-# Records written before (a document, every key on its own) read the same.
-TEXT_KEY = "text"
-PACKED_KEY = "fields"
+# How a record is written to Chroma (tests/benchmarks/record_format.py measured the choices):
+# - its text (an episode's content, a message, a session's or group's JSON) goes in its metadata, not in
+#   Chroma's document: Chroma indexes every document in a trigram full-text table that epimem never
+#   queries (BM25 runs over the read snapshot);
+# - the keys written once with a record and never filtered on nor updated in place go with the text:
+#   Chroma stores and indexes each metadata key as a row of its own;
+# - both go in one value under BODY_KEY, the JSON ``[text, packed keys]`` behind the time of the write
+#   (STAMP_WIDTH hex digits of nanoseconds). Chroma indexes every string value in one SQLite index
+#   ordered by (key, value): a value that begins with its text lands on a random page of that index, one
+#   that begins with the time lands at its end, where the last write left the pages in memory. At 10,000
+#   partitions a partition's write cost ~7 ms less (docs/benchmarks-speed.md).
+# Records written before read the same: a document with every key on its own (the first format), or
+# the text under TEXT_KEY and the packed keys under PACKED_KEY (the second).
+BODY_KEY = "body"
+STAMP_WIDTH = 16
+TEXT_KEY = "text"  # the second format's
+PACKED_KEY = "fields"  # the second format's
 PACKED = frozenset(
     {
         "group_id",
@@ -68,34 +77,39 @@ def stored_metadata(text: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
     """What is written to Chroma for a record's text and metadata."""
     stored = {key: value for key, value in metadata.items() if key not in PACKED}
     packed = {key: value for key, value in metadata.items() if key in PACKED}
-    if packed:
-        stored[PACKED_KEY] = json.dumps(packed, ensure_ascii=False, separators=(",", ":"))
-    stored[TEXT_KEY] = text
+    body = json.dumps([text, packed], ensure_ascii=False, separators=(",", ":"))
+    stored[BODY_KEY] = f"{time.time_ns():0{STAMP_WIDTH}x}{body}"
     return stored
 
 
 def written(
     ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], *, overwrite: bool = False
 ) -> dict[str, Any]:
-    """Chroma's ``add``/``upsert`` arguments for records (without their embeddings). ``overwrite``: the
-    records may exist with another text (a correction, a redaction, an updated session): their document
-    is written empty, since an upsert without one keeps the document a record written in the old
-    format holds (its old text). Otherwise no document is written (an empty one costs ~10% of a
+    """Chroma's ``add``/``upsert`` arguments for records (without their embeddings). ``overwrite`` (an
+    upsert only): the records may exist with another text (a correction, a redaction, an updated
+    session), and an upsert merges what it writes into what a record holds: their document is written
+    empty and the second format's keys set to None (removed), or the old text a record written in an
+    earlier format holds would stay. Otherwise no document is written (an empty one costs ~10% of a
     partition's write, tests/benchmarks/record_format.py)."""
-    columns: dict[str, Any] = {
-        "ids": list(ids),
-        "metadatas": [stored_metadata(t, m) for t, m in zip(texts, metadatas, strict=True)],
-    }
+    stored = [stored_metadata(t, m) for t, m in zip(texts, metadatas, strict=True)]
+    columns: dict[str, Any] = {"ids": list(ids), "metadatas": stored}
     if overwrite:
         columns["documents"] = [""] * len(columns["ids"])
+        for metadata in stored:
+            metadata.update({TEXT_KEY: None, PACKED_KEY: None})
     return columns
 
 
 def read_back(document: str | None, metadata: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
     """A record's text and its metadata, as they were written (from what Chroma returns)."""
     found = dict(metadata or {})
+    body = found.pop(BODY_KEY, None)
     text = found.pop(TEXT_KEY, None)
     packed = found.pop(PACKED_KEY, None)
+    if body is not None:
+        text, fields = json.loads(str(body)[STAMP_WIDTH:])
+        found.update(fields)
+        return str(text), found
     if packed is not None:
         found.update(json.loads(packed))
     return (document or "") if text is None else str(text), found

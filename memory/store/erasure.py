@@ -46,6 +46,7 @@ import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.config import Settings as ChromaSettings
 
+from memory.store import codec
 from memory.store.paging import pages
 
 log = logging.getLogger("epimem.erasure")
@@ -111,11 +112,17 @@ def residue_collections(folder: Path) -> list[str]:
         ).fetchall()
     versions: dict[tuple[str, str], set[str]] = {}
     for topic, record_id, metadata in rewritten:
-        kept = {k: v for k, v in json.loads(metadata or "{}").items() if k != _MOVES_ON_FORMATION}
+        kept = {k: _unstamped(k, v) for k, v in json.loads(metadata or "{}").items() if k != _MOVES_ON_FORMATION}
         versions.setdefault((topic, record_id), set()).add(json.dumps(kept, sort_keys=True))
     changed = {topic for (topic, _), seen in versions.items() if len(seen) > 1}
     found = {names.get(_collection_id(topic)) for topic in deleted | changed}
     return sorted(name for name in found if name)
+
+
+def _unstamped(key: str, value: Any) -> Any:
+    """A record's body without the time of its write (codec.BODY_KEY): the same text written again is
+    not a change."""
+    return value[codec.STAMP_WIDTH :] if key == codec.BODY_KEY and isinstance(value, str) else value
 
 
 def _collection_id(topic: str) -> str:

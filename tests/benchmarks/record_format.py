@@ -1,10 +1,12 @@
-"""What the record format costs raw chromadb: the old one against the one memory.store.codec writes.
+"""What the record format costs raw chromadb: the earlier ones against the one memory.store.codec writes.
 
 - ``document``: the record's text as Chroma's document and every metadata key on its own (epimem's
-  format until 2026-12; Chroma indexes each document in a trigram full-text table and each key as a
+  first format; Chroma indexes each document in a trigram full-text table and each key as a
   row of its own);
-- ``packed``: ``codec.written`` — the text in metadata, the keys never filtered on nor updated in
-  one JSON value.
+- ``keys``: the second format — the text in metadata (``text``), the keys never filtered on nor updated
+  in one JSON value (``fields``);
+- ``body``: ``codec.written`` — the text and those keys in one value behind the time of the write, so
+  that it lands at the end of Chroma's SQLite index of string values instead of a random page of it.
 
 The same episodes (codec.episode_metadata of real Episode objects, ~70-word contents) are written
 into N partitions of 20 records, ``--batch`` partitions at a time, each batch also upserted into one
@@ -13,17 +15,27 @@ indexed (memory.store.write_log_index). Then every record's metadata is read bac
 (what a first group-wide search after a start does). The two formats alternate, ``--repeats`` times
 each; medians printed.
 
+``--grown DATA_DIR``: the formats' writes on a grown data folder instead (one ``partitions.py
+--data-dir`` built, **a scratch copy**: this writes into it), where the index of string values no longer
+fits in memory: ``--rounds`` rounds of ``--batch`` new partitions per format, the formats in a shuffled
+order each round, the engines stopped every other round (as epimem's restarts do); wall and CPU ms per
+partition, medians.
+
     python tests/benchmarks/record_format.py --sessions 480 --repeats 3
+    python tests/benchmarks/record_format.py --grown /tmp/copy-of-p10k --rounds 16
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -63,12 +75,22 @@ def episodes(sessions: int, per_session: int, rng: np.random.Generator) -> list[
     ]
 
 
+FORMATS = ("document", "keys", "body")
+
+
 def columns(fmt: str, session: list[Episode]) -> dict[str, Any]:
     ids = [episode.uuid for episode in session]
     texts = [episode.content for episode in session]
     metadatas = [codec.episode_metadata(episode) for episode in session]
     if fmt == "document":
         return {"ids": ids, "documents": texts, "metadatas": metadatas}
+    if fmt == "keys":
+        keys = []
+        for text, metadata in zip(texts, metadatas, strict=True):
+            kept = {key: value for key, value in metadata.items() if key not in codec.PACKED}
+            packed = {key: value for key, value in metadata.items() if key in codec.PACKED}
+            keys.append({**kept, codec.PACKED_KEY: json.dumps(packed, separators=(",", ":")), codec.TEXT_KEY: text})
+        return {"ids": ids, "metadatas": keys}
     return codec.written(ids, texts, metadatas)
 
 
@@ -108,6 +130,59 @@ def run(fmt: str, data: list[list[Episode]], vectors: list[np.ndarray], batch: i
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def grown(data_dir: Path, rounds: int, batch: int, per_session: int) -> None:
+    """The formats' writes into a grown folder's engines: new partitions and the group index."""
+    engines = {"partitions": data_dir / "chroma-partitions", "index": data_dir / "chroma"}
+    rng = np.random.default_rng(5)
+    order = random.Random(5)
+    figures: dict[str, list[tuple[float, float, float]]] = {fmt: [] for fmt in FORMATS}
+    made, run = 0, uuid.uuid4().hex[:8]
+    for round_number in range(rounds):
+        if round_number % 2 == 0:
+            for path in engines.values():
+                stop_client(path)
+        clients = {
+            name: chromadb.PersistentClient(
+                path=str(path),
+                settings=ChromaSettings(anonymized_telemetry=False, is_persistent=True, persist_directory=str(path)),
+            )
+            for name, path in engines.items()
+        }
+        index = clients["index"].get_collection(codec.index_name("bench-group"), embedding_function=None)
+        for fmt in order.sample(FORMATS, len(FORMATS)):
+            data = episodes(batch, per_session, rng)
+            wall, cpu = time.perf_counter(), time.process_time()
+            written = []
+            for session in data:
+                v = rng.standard_normal((per_session, DIMENSION)).astype(np.float32)
+                record = {**columns(fmt, session), "embeddings": v / np.linalg.norm(v, axis=1, keepdims=True)}
+                made += 1
+                partition = clients["partitions"].get_or_create_collection(
+                    f"record-format-{run}-{made}", embedding_function=None, metadata={"hnsw:space": "cosine"}
+                )
+                partition.upsert(**record)
+                written.append(record)
+            partitions_done = time.perf_counter()
+            merged = {key: [v for r in written for v in r[key]] for key in written[0] if key != "embeddings"}
+            index.upsert(**merged, embeddings=np.concatenate([r["embeddings"] for r in written]))
+            done = time.perf_counter()
+            spent = (1000 * (done - wall), 1000 * (time.process_time() - cpu), 1000 * (partitions_done - wall))
+            figures[fmt].append(tuple(x / batch for x in spent))  # type: ignore[arg-type]
+    for path in engines.values():
+        stop_client(path)
+    print(f"{data_dir}: {rounds} rounds of {batch} partitions x {per_session} records per format")
+    body = statistics.median(w for w, _, _ in figures["body"])
+    for fmt, runs in figures.items():
+        wall = statistics.median(w for w, _, _ in runs)
+        cpu = statistics.median(c for _, c, _ in runs)
+        own = statistics.median(p for _, _, p in runs)
+        print(
+            f"{fmt:>8}: ms per partition, wall {wall:.1f} (the partitions {own:.1f}, the index {wall - own:.1f}), "
+            f"CPU {cpu:.1f}; wall / body's {wall / body:.2f}"
+        )
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=480)
@@ -115,6 +190,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a short form (96 partitions, one repeat)")
+    parser.add_argument("--grown", type=Path, help="a scratch copy of a grown data folder (partitions.py --data-dir)")
+    parser.add_argument("--rounds", type=int, default=16, help="with --grown: rounds of --batch partitions per format")
     args = parser.parse_args()
     if args.quick:
         args.sessions, args.repeats = 96, 1
@@ -124,7 +201,10 @@ def main() -> None:
     for _ in data:
         v = rng.standard_normal((args.episodes, DIMENSION)).astype(np.float32)
         vectors.append(v / np.linalg.norm(v, axis=1, keepdims=True))
-    figures: dict[str, list[tuple[float, float]]] = {"document": [], "packed": []}
+    if args.grown:
+        grown(args.grown, args.rounds, args.batch, args.episodes)
+        return
+    figures: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in FORMATS}
     for _ in range(args.repeats):
         for fmt in figures:
             figures[fmt].append(run(fmt, data, vectors, args.batch))
@@ -136,8 +216,9 @@ def main() -> None:
         read = statistics.median(r for _, r in runs)
         medians[fmt] = (write, read)
         print(f"{fmt:>8}: write CPU per partition (ms) {write:.1f}; read all {records} records back (s) {read:.2f}")
-    (dw, dr), (pw, pr) = medians["document"], medians["packed"]
-    print(f"ratio document / packed: write {dw / pw:.2f}, read {dr / pr:.2f}")
+    (bw, br) = medians["body"]
+    for fmt in ("document", "keys"):
+        print(f"ratio {fmt} / body: write {medians[fmt][0] / bw:.2f}, read {medians[fmt][1] / br:.2f}")
     sys.stdout.flush()
 
 

@@ -53,6 +53,7 @@ EXPECTED = {
         "kept at close (s, MB)",
         "with the kept file: loaded (s)",
     ],
+    "record_format.py": ["write CPU per partition (ms)", "ratio document / body: write", "ratio keys / body: write"],
     "keyword_patch.py": [
         "bm25s rebuild (ms)",
         "postings build (ms)",

@@ -1,16 +1,19 @@
-"""Records written in the old format (text as Chroma's document, every metadata key on its own) read
-the same as those memory.store.codec writes now, and rewriting one leaves none of its old text behind
-(memory.store.codec: TEXT_KEY, PACKED_KEY)."""
+"""Records written in an earlier format read the same as those memory.store.codec writes now, and rewriting
+one leaves none of its old text behind: the first format (text as Chroma's document, every metadata key on
+its own) and the second (the text under TEXT_KEY, the packed keys under PACKED_KEY). What is written now
+(BODY_KEY) begins with the time of the write."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from helpers.builders import T0, chat, two_episode_session
+import pytest
+from helpers.builders import T0, chat, messages, two_episode_session
 from helpers.checks import every_client, scan_client
 
 from api.facade import Epimem
@@ -21,8 +24,22 @@ from memory.store.snapshot_files import CLAIMED, FOLDER
 PAGE = 500
 
 
-def _to_old_format(service: Epimem, group_id: str) -> int:
-    """Rewrite every record of the group's collections (and its registry record) as the old format
+FORMATS = ("document", "keys")  # the first format, the second
+
+
+def _old_record(text: str, metadata: dict[str, Any], layout: str) -> tuple[str | None, dict[str, Any]]:
+    """A record's document and metadata as the format ``layout`` wrote them."""
+    if layout == "document":
+        return text, metadata or {"kind": "unknown"}
+    kept = {key: value for key, value in metadata.items() if key not in codec.PACKED}
+    packed = {key: value for key, value in metadata.items() if key in codec.PACKED}
+    if packed:
+        kept[codec.PACKED_KEY] = json.dumps(packed, ensure_ascii=False, separators=(",", ":"))
+    return None, {**kept, codec.TEXT_KEY: text}
+
+
+def _to_old_format(service: Epimem, group_id: str, layout: str) -> int:
+    """Rewrite every record of the group's collections (and its registry record) as an earlier format
     wrote it; the count of records rewritten."""
     rewritten = 0
     for client in every_client(service):
@@ -40,14 +57,18 @@ def _to_old_format(service: Epimem, group_id: str) -> int:
             if not keep:
                 continue
             ids = [rows[i][0] for i in keep]
+            old = [_old_record(rows[i][1], rows[i][2], layout) for i in keep]
             collection.delete(ids=ids)
-            collection.add(
-                ids=ids,
-                embeddings=[found["embeddings"][i] for i in keep],
-                documents=[rows[i][1] for i in keep],
-                metadatas=[rows[i][2] or {"kind": "unknown"} for i in keep],
-            )
-            assert all(codec.TEXT_KEY not in m for m in collection.get(ids=ids)["metadatas"] or [])
+            for position, (document, metadata) in enumerate(old):
+                collection.add(
+                    ids=[ids[position]],
+                    embeddings=[found["embeddings"][keep[position]]],
+                    documents=None if document is None else [document],
+                    metadatas=[metadata],
+                )
+            written = collection.get(ids=ids)["metadatas"] or []
+            assert all(codec.BODY_KEY not in m for m in written)
+            assert all((codec.TEXT_KEY in m) == (layout == "keys") for m in written)
             rewritten += len(ids)
     return rewritten
 
@@ -86,13 +107,14 @@ def _filled(service: Epimem) -> str:
     return group_id
 
 
-def test_a_folder_in_the_old_record_format_reads_the_same(make_service: Callable[..., Epimem]) -> None:
+@pytest.mark.parametrize("layout", FORMATS)
+def test_a_folder_in_an_earlier_record_format_reads_the_same(make_service: Callable[..., Epimem], layout: str) -> None:
     service = make_service()
     group_id = _filled(service)
     before = _view(service, group_id)
     assert before["episodes"] and before["pending"]["s3"] == 3 and before["hits"]
 
-    assert _to_old_format(service, group_id) >= before["vectors"]
+    assert _to_old_format(service, group_id, layout) >= before["vectors"]
     again = _reopen(make_service, service)
     assert _view(again, group_id) == before
 
@@ -102,14 +124,17 @@ def test_a_folder_in_the_old_record_format_reads_the_same(make_service: Callable
     assert {m.id for m in again.history(group_id, "s3")} >= {m["id"] for m in before["history"]["s3"]}
 
 
-def test_rewriting_an_old_format_record_leaves_none_of_its_old_text(make_service: Callable[..., Epimem]) -> None:
+@pytest.mark.parametrize("layout", FORMATS)
+def test_rewriting_an_earlier_format_record_leaves_none_of_its_old_text(
+    make_service: Callable[..., Epimem], layout: str
+) -> None:
     service = make_service()
     group_id = f"fmt-{uuid.uuid4().hex[:8]}"
     secret = f"zq{uuid.uuid4().hex[:10]}"
     service.add_messages(group_id, "red", chat("r", 3, start=T0, marker=secret))
     (episode,) = service.flush(group_id, "red")
     assert scan_client(every_client(service), [secret], group_id=group_id)
-    _to_old_format(service, group_id)
+    _to_old_format(service, group_id, layout)
 
     service = _reopen(make_service, service)
     receipt = service.redact_message(group_id, "red", "r-0")
@@ -117,3 +142,23 @@ def test_rewriting_an_old_format_record_leaves_none_of_its_old_text(make_service
     assert scan_client(every_client(service), [secret], group_id=group_id) == []
     (message,) = [m for m in service.history(group_id, "red") if m.id == "r-0"]
     assert message.content == "[redacted]"
+
+
+def test_what_is_written_sorts_in_the_order_of_the_writes(make_service: Callable[..., Epimem]) -> None:
+    """Chroma indexes string values in (key, value) order: each record's body begins with the time of its
+    write, so a later write sorts after an earlier one whatever its text (the end of the index, not a
+    random page of it), and the text reads back whole."""
+    service = make_service()
+    group_id = f"fmt-{uuid.uuid4().hex[:8]}"
+    texts = ["zzz the last word first", "aaa the first word last", "mmm \u2028 and \u00e9 in between"]
+    for number, line in enumerate(messages(3, prefix="o-", text=texts)):
+        service.add_messages(group_id, "order", [line])
+        assert line["id"] == f"o-{number}"
+    log = service.memory.store.connection.client_for(codec.log_name(group_id)).get_collection(
+        codec.log_name(group_id), embedding_function=None
+    )
+    found = log.get(ids=[codec.message_record_id("order", f"o-{n}") for n in range(3)], include=["metadatas"])
+    bodies = [str(m[codec.BODY_KEY]) for m in found["metadatas"] or []]
+    assert len(bodies) == 3 and bodies == sorted(bodies)
+    assert [codec.read_back(None, m)[0] for m in found["metadatas"] or []] == texts
+    assert [m.content for m in service.history(group_id, "order")] == texts
