@@ -73,13 +73,27 @@ PACKED = frozenset(
 )  # never "kind", "session_id", "ts" (filters), "state", "episode_id", "boundary", "summarised_by" (updated)
 
 
+def packed_apart(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A record's metadata as the keys kept on their own and those packed (PACKED)."""
+    kept = {key: value for key, value in metadata.items() if key not in PACKED}
+    return kept, {key: value for key, value in metadata.items() if key in PACKED}
+
+
 def stored_metadata(text: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
     """What is written to Chroma for a record's text and metadata."""
-    stored = {key: value for key, value in metadata.items() if key not in PACKED}
-    packed = {key: value for key, value in metadata.items() if key in PACKED}
+    stored, packed = packed_apart(metadata)
     body = json.dumps([text, packed], ensure_ascii=False, separators=(",", ":"))
     stored[BODY_KEY] = f"{time.time_ns():0{STAMP_WIDTH}x}{body}"
     return stored
+
+
+def unstamped(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Stored metadata without the time of its write (the same text written again is the same record)."""
+    return {key: _body_json(value) if key == BODY_KEY else value for key, value in metadata.items()}
+
+
+def _body_json(body: Any) -> str:
+    return str(body)[STAMP_WIDTH:]
 
 
 def written(
@@ -107,7 +121,7 @@ def read_back(document: str | None, metadata: Mapping[str, Any] | None) -> tuple
     text = found.pop(TEXT_KEY, None)
     packed = found.pop(PACKED_KEY, None)
     if body is not None:
-        text, fields = json.loads(str(body)[STAMP_WIDTH:])
+        text, fields = json.loads(_body_json(body))
         found.update(fields)
         return str(text), found
     if packed is not None:

@@ -112,17 +112,11 @@ def residue_collections(folder: Path) -> list[str]:
         ).fetchall()
     versions: dict[tuple[str, str], set[str]] = {}
     for topic, record_id, metadata in rewritten:
-        kept = {k: _unstamped(k, v) for k, v in json.loads(metadata or "{}").items() if k != _MOVES_ON_FORMATION}
+        kept = {k: v for k, v in codec.unstamped(json.loads(metadata or "{}")).items() if k != _MOVES_ON_FORMATION}
         versions.setdefault((topic, record_id), set()).add(json.dumps(kept, sort_keys=True))
     changed = {topic for (topic, _), seen in versions.items() if len(seen) > 1}
     found = {names.get(_collection_id(topic)) for topic in deleted | changed}
     return sorted(name for name in found if name)
-
-
-def _unstamped(key: str, value: Any) -> Any:
-    """A record's body without the time of its write (codec.BODY_KEY): the same text written again is
-    not a change."""
-    return value[codec.STAMP_WIDTH :] if key == codec.BODY_KEY and isinstance(value, str) else value
 
 
 def _collection_id(topic: str) -> str:

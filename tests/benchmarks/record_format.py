@@ -28,7 +28,6 @@ partition, medians.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import statistics
@@ -45,6 +44,9 @@ import chromadb
 import numpy as np
 from chromadb.config import Settings as ChromaSettings
 from partition_floor import stop_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.record_formats import second_format  # noqa: E402
 
 from memory.models import BoundaryReason, Episode, GenerationMethod
 from memory.store import codec
@@ -85,13 +87,20 @@ def columns(fmt: str, session: list[Episode]) -> dict[str, Any]:
     if fmt == "document":
         return {"ids": ids, "documents": texts, "metadatas": metadatas}
     if fmt == "keys":
-        keys = []
-        for text, metadata in zip(texts, metadatas, strict=True):
-            kept = {key: value for key, value in metadata.items() if key not in codec.PACKED}
-            packed = {key: value for key, value in metadata.items() if key in codec.PACKED}
-            keys.append({**kept, codec.PACKED_KEY: json.dumps(packed, separators=(",", ":")), codec.TEXT_KEY: text})
-        return {"ids": ids, "metadatas": keys}
+        return {"ids": ids, "metadatas": [second_format(t, m) for t, m in zip(texts, metadatas, strict=True)]}
     return codec.written(ids, texts, metadatas)
+
+
+def write_batch(client: Any, index: Any, records: list[dict[str, Any]], names: list[str]) -> float:
+    """Each partition created and written, then the group index once for all (as ``upsert_sessions``);
+    returns the perf_counter when the partitions were written."""
+    for record, name in zip(records, names, strict=True):
+        partition = client.get_or_create_collection(name, embedding_function=None, metadata={"hnsw:space": "cosine"})
+        partition.upsert(**record)
+    partitions_done = time.perf_counter()
+    merged = {key: [v for r in records for v in r[key]] for key in records[0] if key != "embeddings"}
+    index.upsert(**merged, embeddings=np.concatenate([r["embeddings"] for r in records]))
+    return partitions_done
 
 
 def run(fmt: str, data: list[list[Episode]], vectors: list[np.ndarray], batch: int) -> tuple[float, float]:
@@ -105,16 +114,9 @@ def run(fmt: str, data: list[list[Episode]], vectors: list[np.ndarray], batch: i
         spent, counted = 0.0, 0
         for first in range(0, len(data), batch):
             started = time.process_time()
-            written = []
-            for s in range(first, min(first + batch, len(data))):
-                record = {**columns(fmt, data[s]), "embeddings": vectors[s]}
-                partition = client.get_or_create_collection(
-                    f"p-{s}", embedding_function=None, metadata={"hnsw:space": "cosine"}
-                )
-                partition.upsert(**record)
-                written.append(record)
-            merged = {key: [v for r in written for v in r[key]] for key in written[0] if key != "embeddings"}
-            index.upsert(**merged, embeddings=np.concatenate([r["embeddings"] for r in written]))
+            numbers = range(first, min(first + batch, len(data)))
+            written = [{**columns(fmt, data[s]), "embeddings": vectors[s]} for s in numbers]
+            write_batch(client, index, written, [f"p-{s}" for s in numbers])
             if first >= 2 * batch:
                 spent += time.process_time() - started
                 counted += len(written)
@@ -152,22 +154,22 @@ def grown(data_dir: Path, rounds: int, batch: int, per_session: int) -> None:
         for fmt in order.sample(FORMATS, len(FORMATS)):
             data = episodes(batch, per_session, rng)
             wall, cpu = time.perf_counter(), time.process_time()
-            written = []
+            records = []
             for session in data:
                 v = rng.standard_normal((per_session, DIMENSION)).astype(np.float32)
-                record = {**columns(fmt, session), "embeddings": v / np.linalg.norm(v, axis=1, keepdims=True)}
-                made += 1
-                partition = clients["partitions"].get_or_create_collection(
-                    f"record-format-{run}-{made}", embedding_function=None, metadata={"hnsw:space": "cosine"}
-                )
-                partition.upsert(**record)
-                written.append(record)
-            partitions_done = time.perf_counter()
-            merged = {key: [v for r in written for v in r[key]] for key in written[0] if key != "embeddings"}
-            index.upsert(**merged, embeddings=np.concatenate([r["embeddings"] for r in written]))
+                records.append({**columns(fmt, session), "embeddings": v / np.linalg.norm(v, axis=1, keepdims=True)})
+            names = [f"record-format-{run}-{made + i}" for i in range(batch)]
+            made += batch
+            partitions_done = write_batch(clients["partitions"], index, records, names)
             done = time.perf_counter()
-            spent = (1000 * (done - wall), 1000 * (time.process_time() - cpu), 1000 * (partitions_done - wall))
-            figures[fmt].append(tuple(x / batch for x in spent))  # type: ignore[arg-type]
+            ms_per_partition = 1000 / batch
+            figures[fmt].append(
+                (
+                    (done - wall) * ms_per_partition,
+                    (time.process_time() - cpu) * ms_per_partition,
+                    (partitions_done - wall) * ms_per_partition,
+                )
+            )
     for path in engines.values():
         stop_client(path)
     print(f"{data_dir}: {rounds} rounds of {batch} partitions x {per_session} records per format")

@@ -5,7 +5,6 @@ its own) and the second (the text under TEXT_KEY, the packed keys under PACKED_K
 
 from __future__ import annotations
 
-import json
 import shutil
 import uuid
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 from helpers.builders import T0, chat, messages, two_episode_session
 from helpers.checks import every_client, scan_client
+from helpers.record_formats import second_format
 
 from api.facade import Epimem
 from memory.models import GroupConfiguration
@@ -31,11 +31,7 @@ def _old_record(text: str, metadata: dict[str, Any], layout: str) -> tuple[str |
     """A record's document and metadata as the format ``layout`` wrote them."""
     if layout == "document":
         return text, metadata or {"kind": "unknown"}
-    kept = {key: value for key, value in metadata.items() if key not in codec.PACKED}
-    packed = {key: value for key, value in metadata.items() if key in codec.PACKED}
-    if packed:
-        kept[codec.PACKED_KEY] = json.dumps(packed, ensure_ascii=False, separators=(",", ":"))
-    return None, {**kept, codec.TEXT_KEY: text}
+    return None, second_format(text, metadata)
 
 
 def _to_old_format(service: Epimem, group_id: str, layout: str) -> int:
