@@ -82,7 +82,9 @@ class Intake:
                         "a concurrent request stored these message ids first, with different content",
                         details={"ids": lost[:20]},
                     )
-            pending = self._log.count_messages(group_id, session_id, states=[MessageState.PENDING])
+            pending = self._log.count_messages(
+                group_id, session_id, states=[MessageState.PENDING], single_writer=not self._coordinator.distributed
+            )
         return AddReceipt(
             accepted=[s.message.id for s in new],
             duplicates=[m.id for m in messages if m.id in existing],
