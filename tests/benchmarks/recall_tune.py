@@ -277,6 +277,7 @@ def print_loo(
     search: bool = True,
     rrf_cache: Path | None = None,
     prefix_all: bool = False,
+    prefix_budgets: Sequence[int] = (1000,),
 ) -> dict[str, Any]:
     outcome = run(services, datasets, variants or VARIANTS)
     results, held = outcome["results"], outcome["held"]
@@ -300,19 +301,24 @@ def print_loo(
         memo = outcome["memos"][dataset]
         print(f"\n### {dataset}: recall against chat length\n")
         print(recall_report.length_table(samples, held, rrf, memo.group_rows))
-        costs = {}
-        for name in results if prefix_all else ["default"]:
-            policy = (variants or VARIANTS)[name]
-            builder = ContextBuilder(searcher=memo, count_wordpieces=shared_counter(services[dataset]), policy=policy)
-            costs[name] = recall_report.prefix_figures(
-                samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end))
+        for budget in prefix_budgets:
+            costs = {}
+            for name in results if prefix_all else ["default"]:
+                policy = (variants or VARIANTS)[name]
+                counter = shared_counter(services[dataset])
+                builder = ContextBuilder(searcher=memo, count_wordpieces=counter, policy=policy)
+                costs[name] = recall_report.prefix_figures(
+                    samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end)), budget
+                )
+            print(
+                f"\n### {dataset}: what the second half of a chat costs the questions about its first half "
+                f"(default, {budget:,} tokens)\n"
             )
-        print(f"\n### {dataset}: what the second half of a chat costs the questions about its first half (default)\n")
-        rrf_costs = recall_report.rrf_prefix_figures(samples, services[dataset].embedder)
-        print(recall_report.prefix_table(costs["default"], rrf=rrf_costs))
-        if prefix_all:
-            print(f"\n### {dataset}: the cost of the rest (1,000 tokens) under each variant\n")
-            print(recall_report.prefix_cost_table(costs))
+            rrf_costs = recall_report.rrf_prefix_figures(samples, services[dataset].embedder, budget)
+            print(recall_report.prefix_table(costs["default"], budget, rrf=rrf_costs))
+            if prefix_all:
+                print(f"\n### {dataset}: the cost of the rest ({budget:,} tokens) under each variant\n")
+                print(recall_report.prefix_cost_table(costs))
     if search:
         search_table(datasets, outcome["memos"])
     return outcome
@@ -369,6 +375,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--search-only", action="store_true", help="only the search table (SEARCH_VARIANTS)")
     parser.add_argument("--no-search", action="store_true", help="leave the search table out")
     parser.add_argument("--prefix-all", action="store_true", help="the cost of the rest under every variant")
+    parser.add_argument(
+        "--prefix-budgets", default="1000", help="comma-separated budgets the cost of the rest is measured at"
+    )
     parser.add_argument("--rrf-cache", type=Path, default=None, help="JSON file keeping the single-turn RRF figures")
     args = parser.parse_args(argv)
 
@@ -396,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             search=not args.no_search,
             rrf_cache=args.rrf_cache,
             prefix_all=args.prefix_all,
+            prefix_budgets=[int(b) for b in args.prefix_budgets.split(",") if b],
         )
     finally:
         for service in opened.values():
