@@ -3,11 +3,11 @@ does, to decide on formation) reads those records by id instead of filtering the
 
 Chroma answers any filtered read of a collection in time that grows with the collection: a count of
 one session's pending messages took 7-9 ms in a log of 60,000 records and 1 ms in one of 1,400, while a
-read of a few records by id takes 0.5-0.7 ms at either size (tests/benchmarks/ingest_growth.py).
+read of a few records by id takes 0.4-0.9 ms at either size (tests/benchmarks/ingest_growth.py).
 
 A session's ids are read once with the filter; from then on, every write of this process that makes a
-message pending adds its id, and a count reads only the known ids (with the state filter): a message
-that left the pending state or was deleted drops out there. What this process cannot see is a record
+message pending adds its id, and a count reads only the known ids, by id, and keeps those still pending:
+a message that left the pending state or was deleted drops out there. What this process cannot see is a record
 made pending by another process, so callers use it only when no other process writes the same sessions
 (``Coordinator.distributed`` false); a write that fails forgets its sessions (Chroma may have applied it).
 """

@@ -301,15 +301,18 @@ def print_loo(
         memo = outcome["memos"][dataset]
         print(f"\n### {dataset}: recall against chat length\n")
         print(recall_report.length_table(samples, held, rrf, memo.group_rows))
+        counter = shared_counter(services[dataset])
+        builders = {
+            name: ContextBuilder(searcher=memo, count_wordpieces=counter, policy=(variants or VARIANTS)[name])
+            for name in (results if prefix_all else ["default"])
+        }
         for budget in prefix_budgets:
-            costs = {}
-            for name in results if prefix_all else ["default"]:
-                policy = (variants or VARIANTS)[name]
-                counter = shared_counter(services[dataset])
-                builder = ContextBuilder(searcher=memo, count_wordpieces=counter, policy=policy)
-                costs[name] = recall_report.prefix_figures(
+            costs = {
+                name: recall_report.prefix_figures(
                     samples, lambda g, q, b, end, builder=builder: builder.build(g, service_query(q, b, end)), budget
                 )
+                for name, builder in builders.items()
+            }
             print(
                 f"\n### {dataset}: what the second half of a chat costs the questions about its first half "
                 f"(default, {budget:,} tokens)\n"
