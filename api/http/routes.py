@@ -17,6 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from api.access.quotas import Quotas
 from api.auth import Principal, Role
 from api.facade import Epimem
 from api.http.error_handling import error_responses
@@ -89,7 +90,7 @@ SESSION = GROUP + "/sessions/{session_id}"
 @v1.post(
     SESSION + "/messages",
     tags=["messages"],
-    responses=error_responses(409),
+    responses=error_responses(409, 429),
     summary="Add a batch of messages (idempotent by message id)",
 )
 def add_messages(
@@ -99,12 +100,20 @@ def add_messages(
     service: ServiceDep,
     settings: SettingsDep,
     who: Annotated[Principal, WRITE],
+    request: Request,
 ) -> AddReceipt:
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
-    a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
+    a duplicate; the same id with other content is a 409 and nothing of the batch is written. Over a
+    limit of the key or the group (messages per day, stored characters): 429, nothing written."""
     check_batch(body.messages, settings)
-    return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
+
+    def add() -> AddReceipt:
+        return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
+
+    quotas: Quotas = request.app.state.quotas
+    key = who.key
+    return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, body.messages, add)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")

@@ -1,0 +1,216 @@
+"""Limits per key and per group, and what is used of them.
+
+- ``requests_per_second`` (key, group): per server (``api.access.rates`` says why);
+- ``messages_per_day`` (key, group): messages added per UTC day, shared by the deployment's servers
+  (``api.access.counters`` over ``memory.store.usage``);
+- ``stored_chars`` (group): characters of the messages the group holds, shared the same way; counted by
+  every add and recounted from the group's log after anything else changes it (a deletion, a redaction,
+  an import).
+
+A key's limits are set on the key; a group's with ``PUT /v1/groups/{group_id}/limits``; the settings
+give the defaults of both (none: unlimited). Over a limit: ``TooManyRequestsError`` (429) with
+``Retry-After`` and ``details.limit`` naming it. An add reserves its messages before it runs and gives
+back what was not stored (duplicates, a failure), so two batches admitted at once cannot both pass a
+limit that only one fits.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol, TypeVar
+
+from api.access.counters import SharedCounters
+from api.access.rates import RateLimiter, Subject
+from api.errors import TooManyRequestsError
+from memory.store.usage import CounterId
+from memory.timeutil import utc_now
+
+KEY_LIMITS = ("requests_per_second", "messages_per_day")
+GROUP_LIMITS = (*KEY_LIMITS, "stored_chars")
+STORED_RETRY_S = 3600  # stored characters free only when memory is deleted or the limit is raised
+Limits = Mapping[str, float]
+
+
+class _Content(Protocol):
+    id: str
+    content: str
+
+
+class _Receipt(Protocol):
+    @property
+    def accepted(self) -> Sequence[str]: ...
+
+
+R = TypeVar("R", bound=_Receipt)
+
+
+class Quotas:
+    def __init__(
+        self,
+        *,
+        counters: SharedCounters,
+        rates: RateLimiter,
+        group_limits: Callable[[str], Limits],
+        measure_chars: Callable[[str], int],
+        key_defaults: Limits,
+        group_defaults: Limits,
+        now: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.counters = counters
+        self._rates = rates
+        self._group_limits = group_limits
+        self._measure_chars = measure_chars
+        self.key_defaults = {k: v for k, v in key_defaults.items() if v is not None}
+        self.group_defaults = {k: v for k, v in group_defaults.items() if v is not None}
+        self._now = now
+        self.refusals: Counter[tuple[str, str]] = Counter()  # (limit, "key" | "group") -> 429s sent
+        self._lock = threading.Lock()
+
+    def key_limits(self, limits: Limits) -> dict[str, float]:
+        return {**self.key_defaults, **limits}
+
+    def group_limits(self, group_id: str) -> dict[str, float]:
+        return {**self.group_defaults, **self._group_limits(group_id)}
+
+    def day(self) -> str:
+        return self._now().date().isoformat()
+
+    # -- admission ---------------------------------------------------------------------------------
+
+    def admit_request(self, key_id: str | None, key_limits: Limits, group_id: str | None) -> None:
+        """One request of the key (None: local mode) to the group (None: not about one group)."""
+        wanted: list[tuple[Subject, float]] = []
+        scopes = []
+        rate = self.key_limits(key_limits).get("requests_per_second") if key_id is not None else None
+        if key_id is not None and rate:
+            wanted.append((("key", key_id), rate))
+            scopes.append("key")
+        group_rate = self.group_limits(group_id).get("requests_per_second") if group_id is not None else None
+        if group_rate:
+            wanted.append((("group", str(group_id)), group_rate))
+            scopes.append("group")
+        refused = self._rates.take(wanted) if wanted else None
+        if refused is not None:
+            index, wait = refused
+            self._refuse("requests_per_second", scopes[index], wanted[index][1], math.ceil(wait))
+
+    def reserve(
+        self, key_id: str | None, key_limits: Limits, group_id: str, messages: Sequence[_Content]
+    ) -> Reservation:
+        """Count a batch before it is added (429 if a limit would be passed); settle or cancel it after."""
+        day = self.day()
+        amounts: dict[CounterId, int] = {CounterId("messages", "group", group_id, day): len(messages)}
+        if key_id is not None:
+            amounts[CounterId("messages", "key", key_id, day)] = len(messages)
+        chars = CounterId("chars", "group", group_id, "all")
+        amounts[chars] = sum(len(m.content) for m in messages)
+        checks = []
+        limit = self.key_limits(key_limits).get("messages_per_day") if key_id is not None else None
+        if limit:
+            checks.append((CounterId("messages", "key", str(key_id), day), "messages_per_day", "key", limit))
+        group = self.group_limits(group_id)
+        if group.get("messages_per_day"):
+            group_day = CounterId("messages", "group", group_id, day)
+            checks.append((group_day, "messages_per_day", "group", group["messages_per_day"]))
+        if group.get("stored_chars"):
+            checks.append((chars, "stored_chars", "group", group["stored_chars"]))
+        with self._lock:  # one batch at a time between a check and its reservation
+            if checks:
+                totals = self.counters.totals([c for c, *_ in checks if c.measure == "messages"])
+                if any(c.measure == "chars" for c, *_ in checks):
+                    totals.update(self.counters.totals([chars], measure=self._measure))
+                for counter, name, scope, value in checks:
+                    if totals[counter] + amounts[counter] > value:
+                        retry = STORED_RETRY_S if name == "stored_chars" else self._seconds_to_midnight()
+                        self._refuse(name, scope, value, retry, used=totals[counter], asked=amounts[counter])
+            for counter, amount in amounts.items():
+                self.counters.add(counter, amount)
+        return Reservation(self.counters, amounts, {m.id: len(m.content) for m in messages})
+
+    def counted(
+        self, key_id: str | None, key_limits: Limits, group_id: str, messages: Sequence[_Content], add: Callable[[], R]
+    ) -> R:
+        """``add()`` (an add of ``messages``) within the limits, its stored messages counted."""
+        reservation = self.reserve(key_id, key_limits, group_id, messages)
+        try:
+            receipt = add()
+        except BaseException:
+            reservation.cancel()
+            raise
+        reservation.settle(receipt.accepted)
+        return receipt
+
+    def _measure(self, counter: CounterId) -> int:
+        return self._measure_chars(counter.subject)
+
+    def changed(self, group_id: str) -> None:
+        """A group's messages changed other than by an add: its stored characters are recounted."""
+        self.counters.forget(CounterId("chars", "group", group_id, "all"))
+
+    def recount_due(self) -> None:
+        """Recount the groups changed by this server (the background refresh calls it)."""
+        for counter in self.counters.due():
+            self.counters.recount(counter, self._measure(counter))
+
+    # -- usage -------------------------------------------------------------------------------------
+
+    def key_usage(self, key_id: str) -> dict[str, int]:
+        counter = CounterId("messages", "key", key_id, self.day())
+        return {"messages_today": self.counters.totals([counter])[counter]}
+
+    def group_usage(self, group_id: str) -> dict[str, int]:
+        day = CounterId("messages", "group", group_id, self.day())
+        chars = CounterId("chars", "group", group_id, "all")
+        totals = self.counters.totals([day])
+        totals.update(self.counters.totals([chars], measure=self._measure))
+        return {"messages_today": totals[day], "stored_chars": totals[chars]}
+
+    def usage_today(self) -> dict[tuple[str, str], int]:
+        """(kind, subject) -> messages added today, for every key and group that added any."""
+        found = self.counters.period(self.day())
+        return {(c.kind, c.subject): total for c, total in found.items() if c.measure == "messages"}
+
+    def _seconds_to_midnight(self) -> int:
+        now = self._now()
+        midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=now.tzinfo)
+        return max(1, math.ceil((midnight - now).total_seconds()))
+
+    def _refuse(self, name: str, scope: str, value: float, retry: int, *, used: int = 0, asked: int = 0) -> None:
+        self.refusals[(name, scope)] += 1
+        shown = f"{value:g}"
+        what = {
+            "requests_per_second": f"{shown} requests per second",
+            "messages_per_day": f"{shown} messages per day (UTC)",
+            "stored_chars": f"{shown} stored characters",
+        }[name]
+        details: dict[str, object] = {"limit": name, "scope": scope, "value": value, "retry_after": max(1, retry)}
+        if name != "requests_per_second":
+            details.update(used=used, asked=asked)
+        raise TooManyRequestsError(
+            f"over the {scope}'s limit of {what} ({name}); retry after {max(1, retry)} s",
+            retry_after=max(1, retry),
+            details=details,
+        )
+
+
+class Reservation:
+    """A batch's counts, taken before the add: ``settle`` gives back what was not stored, ``cancel`` all."""
+
+    def __init__(self, counters: SharedCounters, amounts: dict[CounterId, int], sizes: dict[str, int]) -> None:
+        self._counters = counters
+        self._amounts = amounts
+        self._sizes = sizes
+
+    def settle(self, accepted: Sequence[str]) -> None:
+        stored = set(accepted)
+        missing = [size for message_id, size in self._sizes.items() if message_id not in stored]
+        for counter in self._amounts:
+            self._counters.add(counter, -(sum(missing) if counter.measure == "chars" else len(missing)))
+
+    def cancel(self) -> None:
+        for counter, amount in self._amounts.items():
+            self._counters.add(counter, -amount)
