@@ -162,7 +162,7 @@ class KeyRing:
     def __init__(self, seeds: list[Seed], *, store: bool = False, now: Callable[[], datetime] = utc_now) -> None:
         self._seeds = seeds
         self._required = bool(seeds) or store
-        self._now = now
+        self.clock = now  # what "now" is for expiry (tests move it)
         self.live: LiveKeys | None = None
         self.quotas: Quotas | None = None
 
@@ -221,7 +221,7 @@ class KeyRing:
             raise UnauthorizedError("unknown API key")
         if key.revoked is not None:
             raise UnauthorizedError("this API key was revoked")
-        if key.expires is not None and self._now() >= key.expires:
+        if key.expires is not None and self.clock() >= key.expires:
             raise UnauthorizedError("this API key has expired")
         return key
 

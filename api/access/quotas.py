@@ -61,12 +61,12 @@ class Quotas:
         now: Callable[[], datetime] = utc_now,
     ) -> None:
         self.counters = counters
-        self._rates = rates
+        self.rates = rates
         self._group_limits = group_limits
         self._measure_chars = measure_chars
         self.key_defaults = {k: v for k, v in key_defaults.items() if v is not None}
         self.group_defaults = {k: v for k, v in group_defaults.items() if v is not None}
-        self._now = now
+        self.clock = now  # what "today" is (tests move it)
         self.refusals: Counter[tuple[str, str]] = Counter()  # (limit, "key" | "group") -> 429s sent
         self._lock = threading.Lock()
 
@@ -77,7 +77,7 @@ class Quotas:
         return {**self.group_defaults, **self._group_limits(group_id)}
 
     def day(self) -> str:
-        return self._now().date().isoformat()
+        return self.clock().date().isoformat()
 
     # -- admission ---------------------------------------------------------------------------------
 
@@ -93,49 +93,65 @@ class Quotas:
         if group_rate:
             wanted.append((("group", str(group_id)), group_rate))
             scopes.append("group")
-        refused = self._rates.take(wanted) if wanted else None
+        refused = self.rates.take(wanted) if wanted else None
         if refused is not None:
             index, wait = refused
             self._refuse("requests_per_second", scopes[index], wanted[index][1], math.ceil(wait))
 
     def reserve(
-        self, key_id: str | None, key_limits: Limits, group_id: str, messages: Sequence[_Content]
+        self,
+        key_id: str | None,
+        key_limits: Limits,
+        group_id: str,
+        messages: Sequence[_Content],
+        stored: Callable[[list[str]], set[str]] | None = None,
     ) -> Reservation:
-        """Count a batch before it is added (429 if a limit would be passed); settle or cancel it after."""
+        """Count a batch before it is added (429 if a limit would be passed); settle or cancel it after.
+        ``stored(ids)``: which of the ids the group holds already. Asked only when the batch would pass a
+        limit: a retried batch then counts only what it adds (a retry of what was stored passes)."""
         day = self.day()
-        amounts: dict[CounterId, int] = {CounterId("messages", "group", group_id, day): len(messages)}
-        if key_id is not None:
-            amounts[CounterId("messages", "key", key_id, day)] = len(messages)
-        chars = CounterId("chars", "group", group_id, "all")
-        amounts[chars] = sum(len(m.content) for m in messages)
+        subjects = [CounterId("messages", "group", group_id, day), CounterId("chars", "group", group_id, "all")]
         checks = []
-        limit = self.key_limits(key_limits).get("messages_per_day") if key_id is not None else None
-        if limit:
-            checks.append((CounterId("messages", "key", str(key_id), day), "messages_per_day", "key", limit))
+        if key_id is not None:
+            subjects.append(CounterId("messages", "key", key_id, day))
+            limit = self.key_limits(key_limits).get("messages_per_day")
+            if limit:
+                checks.append((subjects[2], "messages_per_day", "key", limit))
         group = self.group_limits(group_id)
         if group.get("messages_per_day"):
-            group_day = CounterId("messages", "group", group_id, day)
-            checks.append((group_day, "messages_per_day", "group", group["messages_per_day"]))
+            checks.append((subjects[0], "messages_per_day", "group", group["messages_per_day"]))
         if group.get("stored_chars"):
-            checks.append((chars, "stored_chars", "group", group["stored_chars"]))
+            checks.append((subjects[1], "stored_chars", "group", group["stored_chars"]))
         with self._lock:  # one batch at a time between a check and its reservation
+            amounts = _amounts(subjects, messages)
             if checks:
                 totals = self.counters.totals([c for c, *_ in checks if c.measure == "messages"])
                 if any(c.measure == "chars" for c, *_ in checks):
-                    totals.update(self.counters.totals([chars], measure=self._measure))
-                for counter, name, scope, value in checks:
-                    if totals[counter] + amounts[counter] > value:
-                        retry = STORED_RETRY_S if name == "stored_chars" else self._seconds_to_midnight()
-                        self._refuse(name, scope, value, retry, used=totals[counter], asked=amounts[counter])
+                    totals.update(self.counters.totals([subjects[1]], measure=self._measure))
+                over = [check for check in checks if totals[check[0]] + amounts[check[0]] > check[3]]
+                if over and stored is not None:
+                    known = stored([m.id for m in messages])
+                    messages = [m for m in messages if m.id not in known]
+                    amounts = _amounts(subjects, messages)
+                    over = [check for check in checks if totals[check[0]] + amounts[check[0]] > check[3]]
+                for counter, name, scope, value in over[:1]:
+                    retry = STORED_RETRY_S if name == "stored_chars" else self._seconds_to_midnight()
+                    self._refuse(name, scope, value, retry, used=totals[counter], asked=amounts[counter])
             for counter, amount in amounts.items():
                 self.counters.add(counter, amount)
         return Reservation(self.counters, amounts, {m.id: len(m.content) for m in messages})
 
     def counted(
-        self, key_id: str | None, key_limits: Limits, group_id: str, messages: Sequence[_Content], add: Callable[[], R]
+        self,
+        key_id: str | None,
+        key_limits: Limits,
+        group_id: str,
+        messages: Sequence[_Content],
+        add: Callable[[], R],
+        stored: Callable[[list[str]], set[str]] | None = None,
     ) -> R:
         """``add()`` (an add of ``messages``) within the limits, its stored messages counted."""
-        reservation = self.reserve(key_id, key_limits, group_id, messages)
+        reservation = self.reserve(key_id, key_limits, group_id, messages, stored)
         try:
             receipt = add()
         except BaseException:
@@ -175,7 +191,7 @@ class Quotas:
         return {(c.kind, c.subject): total for c, total in found.items() if c.measure == "messages"}
 
     def _seconds_to_midnight(self) -> int:
-        now = self._now()
+        now = self.clock()
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=now.tzinfo)
         return max(1, math.ceil((midnight - now).total_seconds()))
 
@@ -195,6 +211,11 @@ class Quotas:
             retry_after=max(1, retry),
             details=details,
         )
+
+
+def _amounts(subjects: list[CounterId], messages: Sequence[_Content]) -> dict[CounterId, int]:
+    chars = sum(len(m.content) for m in messages)
+    return {counter: chars if counter.measure == "chars" else len(messages) for counter in subjects}
 
 
 class Reservation:

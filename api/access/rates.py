@@ -18,14 +18,14 @@ MAX_SUBJECTS = 100_000  # buckets kept; full ones (idle for a second or more) ar
 
 class RateLimiter:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+        self.clock = clock  # seconds, monotonic (tests move it)
         self._buckets: dict[Subject, tuple[float, float]] = {}  # subject -> (tokens, at)
         self._lock = threading.Lock()
 
     def take(self, wanted: Sequence[tuple[Subject, float]]) -> tuple[int, float] | None:
         """One request against each (subject, rate): taken from every bucket, or from none. Returns None
         when admitted, else the index of the first subject out of tokens and the seconds until it has one."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             levels = [self._level(subject, rate, now) for subject, rate in wanted]
             for index, ((_, rate), tokens) in enumerate(zip(wanted, levels, strict=True)):

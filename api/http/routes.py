@@ -111,9 +111,12 @@ def add_messages(
     def add() -> AddReceipt:
         return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
 
+    def stored(ids: list[str]) -> set[str]:
+        return set(service.memory.store.log.get_messages(group_id, session_id, ids))
+
     quotas: Quotas = request.app.state.quotas
     key = who.key
-    return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, body.messages, add)
+    return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, body.messages, add, stored)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")

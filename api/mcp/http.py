@@ -74,10 +74,14 @@ class CountedBackend:
         def add() -> AddReceipt:
             return self._service.add_messages(group_id, session_id, messages)
 
+        def stored(ids: list[str]) -> set[str]:
+            return set(self._service.memory.store.log.get_messages(group_id, session_id, ids))
+
         if self._quotas is None:
             return add()
         key = _caller.get()
-        return self._quotas.counted(key.id if key else None, key.limits if key else {}, group_id, messages, add)
+        limits = key.limits if key else {}
+        return self._quotas.counted(key.id if key else None, limits, group_id, messages, add, stored)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._service, name)
