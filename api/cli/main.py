@@ -37,6 +37,7 @@ from api.cli.corrections import register as register_corrections
 from api.cli.erase import register as register_erase
 from api.cli.files import note_when_empty
 from api.cli.imports import register as register_import
+from api.cli.keys import register as register_keys
 from api.cli.mcp import register as register_mcp
 from api.cli.segment import register as register_segment
 from api.cli.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
@@ -318,5 +319,5 @@ def reembed(
         )
 
 
-for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections):
+for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections, register_keys):
     _register(app)
