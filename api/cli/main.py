@@ -92,7 +92,7 @@ def serve(
     if not keys.enabled and host not in LOOPBACK:
         fail(
             f"refusing to bind to {host}: no API keys are configured (local mode). "
-            "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
+            "Set EPIMEM_API_KEYS_FILE (or EPIMEM_API_KEYS_STORE=true) to serve beyond this machine."
         )
     if workers > 1 and settings.chroma_host is None:
         fail("--workers > 1 needs a Chroma server (EPIMEM_CHROMA_HOST): embedded Chroma is one process")

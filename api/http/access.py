@@ -1,6 +1,6 @@
 """The app's keys and limits put together over its service: the live key store (seeded by the keys file),
-the shared usage counters, the limits, and the background recheck that keeps them current. The figures of
-the limits for ``/metrics`` (``AccessCollector``) are read here too."""
+the shared usage counters, the limits, and the background recheck that keeps them current; an add within the
+limits (``add_within_limits``); the figures of the limits for ``/metrics`` (``AccessCollector``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -16,10 +16,12 @@ from api.access.counters import SharedCounters
 from api.access.live_keys import LiveKeys
 from api.access.quotas import Quotas
 from api.access.rates import RateLimiter
-from api.auth import KeyRing
+from api.auth import KeyRing, Principal
 from api.facade import Epimem
 from api.settings import Settings
 from memory.errors import EpimemError
+from memory.models import Message
+from memory.receipts import AddReceipt
 
 log = logging.getLogger("epimem.access")
 
@@ -75,6 +77,23 @@ def stop_access(app: FastAPI) -> None:
             quotas.counters.flush()
         except EpimemError as error:
             log.warning("usage counted since the last write is lost: %s", error.message)
+
+
+def add_within_limits(
+    request: Request, who: Principal, group_id: str, session_id: str, messages: list[Message]
+) -> AddReceipt:
+    """An add of ``POST .../messages`` within the limits of the caller's key and the group (429 if not)."""
+    service: Epimem = request.app.state.service
+
+    def add() -> AddReceipt:
+        return service.add_messages(group_id, session_id, messages, actor=who.actor)
+
+    def stored(ids: list[str]) -> set[str]:
+        return set(service.memory.store.log.get_messages(group_id, session_id, ids))
+
+    quotas: Quotas = request.app.state.quotas
+    key = who.key
+    return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, messages, add, stored)
 
 
 def _defaults(**limits: float | None) -> dict[str, float]:

@@ -17,9 +17,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
-from api.access.quotas import Quotas
 from api.auth import Principal, Role
 from api.facade import Epimem
+from api.http.access import add_within_limits
 from api.http.error_handling import error_responses
 from api.http.params import EpisodeIdPath, FilterQuery, GroupId, MessageIdPath, SessionId, SessionIdQuery, parse_filter
 from api.http.schemas import (
@@ -97,26 +97,15 @@ def add_messages(
     group_id: GroupId,
     session_id: SessionId,
     body: MessagesIn,
-    service: ServiceDep,
     settings: SettingsDep,
     who: Annotated[Principal, WRITE],
     request: Request,
 ) -> AddReceipt:
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
-    a duplicate; the same id with other content is a 409 and nothing of the batch is written. Over a
-    limit of the key or the group (messages per day, stored characters): 429, nothing written."""
+    a duplicate; the same id with other content is a 409 and nothing of the batch is written (429 too)."""
     check_batch(body.messages, settings)
-
-    def add() -> AddReceipt:
-        return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
-
-    def stored(ids: list[str]) -> set[str]:
-        return set(service.memory.store.log.get_messages(group_id, session_id, ids))
-
-    quotas: Quotas = request.app.state.quotas
-    key = who.key
-    return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, body.messages, add, stored)
+    return add_within_limits(request, who, group_id, session_id, body.messages)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")

@@ -286,3 +286,11 @@ def test_local_mode_ignores_the_store_and_can_make_the_first_key(
         api = Api(keyed.url)
         assert _add(api, None, group_id, ["m2"]).status_code == 401
         assert _add(api, made.json()["key"], group_id, ["m2"]).status_code == 200
+
+
+def test_serve_with_the_key_store_alone_is_not_local_mode(tmp_path: Path) -> None:
+    from api.cli.startup import check_keys
+    from api.settings import Settings
+
+    assert not check_keys(Settings(data_dir=tmp_path)).enabled  # local mode: this machine only
+    assert check_keys(Settings(data_dir=tmp_path, api_keys_store=True)).enabled  # may serve other machines
