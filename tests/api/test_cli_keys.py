@@ -38,6 +38,8 @@ def test_keys_from_the_command_line(url: str, group_id: str) -> None:
     secret = made["key"]
     headers = {"authorization": f"Bearer {secret}"}
     assert httpx.get(f"{url}/v1/groups/{group_id}/sessions", headers=headers).status_code == 200
+    added = {"messages": [{"id": "m1", "content": "Ana adopted a dog."}]}
+    assert httpx.post(f"{url}/v1/groups/{group_id}/sessions/s1/messages", json=added, headers=headers).is_success
 
     listed = keys(url, "list", "--json")
     assert secret not in listed and made["id"] in listed
@@ -50,9 +52,11 @@ def test_keys_from_the_command_line(url: str, group_id: str) -> None:
     limited = json.loads(keys(url, "limits", made["id"], "--messages-per-day", "1", "--json"))
     assert limited["limits"] == {"messages_per_day": 1}
     group = json.loads(keys(url, "group-limits", group_id, "--stored-chars", "1000", "--json"))
-    assert group["limits"] == {"stored_chars": 1000} and group["usage"]["stored_chars"] == 0
+    assert group["limits"] == {"stored_chars": 1000} and group["usage"]["stored_chars"] == len("Ana adopted a dog.")
     assert "stored_chars" in keys(url, "usage", group_id)
-    assert json.loads(keys(url, "usage", "--json"))["rows"] == []
+    rows = json.loads(keys(url, "usage", "--json"))["rows"]
+    assert {"kind": "key", "id": made["id"], "messages_today": 1} in rows
+    assert {"kind": "group", "id": group_id, "messages_today": 1} in rows
 
     assert "revoked" in keys(url, "revoke", made["id"])
     rotated_headers = {"authorization": f"Bearer {rotated}"}
