@@ -50,8 +50,11 @@ class SharedCounters:
         with self._lock:
             stale = [c for c in wanted if _stale(self._states.get(c), now, self.refresh_s)]
         if stale:
-            self.flush()
-            self._read(stale, now)
+            self.flush()  # reads the counters it writes
+            with self._lock:
+                stale = [c for c in stale if _stale(self._states.get(c), now, self.refresh_s)]
+            if stale:
+                self._read(stale, now)
         if measure is not None:
             for counter in wanted:
                 with self._lock:
@@ -79,11 +82,16 @@ class SharedCounters:
             return [counter for counter, state in self._states.items() if state.recount_due]
 
     def flush(self) -> None:
-        """Write this process's counts that the store does not hold yet (one call)."""
+        """Write this process's counts that the store does not hold yet: the counters are read first (a recount
+        elsewhere may have started a new generation: the counts are written under it), then written (two
+        calls for all of them)."""
         with self._lock:
-            dirty = {c: (s.generation, s.own) for c, s in self._states.items() if s.own != s.written}
-        if not dirty:
+            changed = [c for c, s in self._states.items() if s.own != s.written]
+        if not changed:
             return
+        self._read(changed, self._clock())
+        with self._lock:
+            dirty = {c: (self._states[c].generation, self._states[c].own) for c in changed}
         self._records.write(dirty)
         with self._lock:
             for counter, (generation, own) in dirty.items():
@@ -105,9 +113,10 @@ class SharedCounters:
     def _merge(self, counter: CounterId, value: CounterValue, now: float) -> None:
         state = self._states.setdefault(counter, _State())
         if value.generation != state.generation:
-            # A recount by another process: what this one counted before is in its base, or lost with
-            # the writes that raced it (memory.store.usage).
-            state.generation, state.own, state.written = value.generation, 0, 0
+            # A recount by another process: what this one wrote before is in its base (or raced it: lost);
+            # what it has not written yet counts on, under the new generation (or, had it landed before the
+            # recount read the log, twice: at most one recheck's worth of adds, until the next recount).
+            state.generation, state.own, state.written = value.generation, state.own - state.written, 0
             state.measured = value.generation != FIRST_GENERATION
         elif value.generation != FIRST_GENERATION:
             state.measured = True

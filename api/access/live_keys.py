@@ -92,17 +92,22 @@ class LiveKeys:
                     task()
                 except EpimemError as error:  # the store is away: keep the last copy, try again next time
                     log.warning("keys and usage not refreshed: %s", error.message)
+                except Exception:  # the recheck must outlive any one failure, or revocations stop counting
+                    log.exception("keys and usage not refreshed")
 
     @property
     def holds_keys(self) -> bool:
         return bool(self._keys)
 
     def lookup(self, presented: str) -> StoredKey | None:
-        """The key whose secret this is (revoked or expired ones too: the caller says why it refuses)."""
+        """The key whose secret this is (revoked or expired ones too: the caller says why it refuses). A
+        revoked key's secret is recognised only if it passed before: no hash is checked for a dead key."""
         key = self._keys.get(secrets.key_id_of(presented))
-        if key is None or not self._verified.check(key.id, presented, key.secret_hash):
+        if key is None:
             return None
-        return key
+        if key.revoked_at is not None:
+            return key if self._verified.known(key.id, presented, key.secret_hash) else None
+        return key if self._verified.check(key.id, presented, key.secret_hash) else None
 
     def keys(self) -> list[StoredKey]:
         return list(self._keys.values())

@@ -20,6 +20,8 @@ import os
 import re
 import secrets
 import threading
+import time
+from collections.abc import Callable
 
 PREFIX = "epm_"
 _MADE = re.compile(r"^epm_([0-9a-f]{12})_[A-Za-z0-9_-]{20,}$")
@@ -68,29 +70,50 @@ def verify(secret: str, stored: str) -> bool:
     return hmac.compare_digest(digest.hex(), expected)
 
 
+FAILED_CHECKS_PER_S = 5  # scrypt checks of wrong secrets per key id and second; more are refused unchecked
+
+
 class Verified:
     """Secrets that passed ``verify`` against a stored hash, remembered as an HMAC under a per-process key
-    (the process never keeps a secret itself). A changed hash (a rotation) forgets the old secret."""
+    (the process never keeps a secret itself). A changed hash (a rotation) forgets the old secret.
 
-    def __init__(self, size: int = 10_000) -> None:
+    A wrong secret for a known id costs a scrypt check: at most ``FAILED_CHECKS_PER_S`` per id and second are
+    made (more are refused without one), so guessing cannot turn the hash's cost against the server."""
+
+    def __init__(self, size: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
         self._key = os.urandom(32)
         self._size = size
+        self._clock = clock
         self._passed: dict[tuple[str, str], bytes] = {}
+        self._failed: dict[str, list[float]] = {}
         self._lock = threading.Lock()
 
     def _mac(self, secret: str) -> bytes:
         return hmac.new(self._key, secret.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
 
-    def check(self, key_id: str, secret: str, stored: str) -> bool:
-        mac = self._mac(secret)
+    def known(self, key_id: str, secret: str, stored: str) -> bool | None:
+        """Whether the secret is the one that passed before (None: none passed; only ``check`` can say)."""
         with self._lock:
-            known = self._passed.get((key_id, stored))
+            passed = self._passed.get((key_id, stored))
+        return None if passed is None else hmac.compare_digest(passed, self._mac(secret))
+
+    def check(self, key_id: str, secret: str, stored: str) -> bool:
+        known = self.known(key_id, secret, stored)
         if known is not None:
-            return hmac.compare_digest(known, mac)
+            return known
+        now = self._clock()
+        with self._lock:
+            recent = [t for t in self._failed.get(key_id, []) if now - t < 1.0]
+            if len(recent) >= FAILED_CHECKS_PER_S:
+                return False
         if not verify(secret, stored):
+            with self._lock:
+                if len(self._failed) >= self._size:
+                    self._failed.clear()
+                self._failed[key_id] = [*recent, now]
             return False
         with self._lock:
             if len(self._passed) >= self._size:
                 self._passed.clear()
-            self._passed[(key_id, stored)] = mac
+            self._passed[(key_id, stored)] = self._mac(secret)
         return True

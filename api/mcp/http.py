@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -98,7 +99,8 @@ class _KeyedEndpoint:
         if self.keys.enabled:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             try:
-                self.keys.authenticate(headers)  # missing, unknown or expired: 401, also for GET's stream
+                # missing, unknown, revoked or expired: 401, also for GET's stream (off the event loop: scrypt)
+                await run_in_threadpool(self.keys.authenticate, headers)
             except UnauthorizedError as error:
                 response = error_response(401, error.code, error.message, None)
                 response.headers["www-authenticate"] = "Bearer"

@@ -6,10 +6,10 @@ key in a counter's record, ``n.<generation>.<its run id>``, set to what it count
 so writers never overwrite each other and need no read-modify-write). A counter's value is its ``base``
 plus the keys of its current generation. A recount (the stored characters of a group, measured from its
 log after a deletion) writes a new base under a new generation: the keys of older generations no longer
-count, and a process that learns of the new generation counts again from zero under it. What a process
-adds between a recount's read of the log and its write is lost to the counter until the next recount
-(the figure errs low, by the writes that raced the recount). A process's key outlives it, so the sum
-survives restarts.
+count, and a process learns of the new generation when it next reads the counter (every write reads
+first) and counts on under it what it had not written yet. Writes that race a recount can be counted
+twice or lost, by at most what a process counts between two writes, until the next recount. A process's
+key outlives it, so the sum survives restarts.
 """
 
 from __future__ import annotations
