@@ -16,7 +16,7 @@ from memory.timeutil import utc_now
 MAX_PATTERNS = 100
 Rate = Annotated[StrictFloat | StrictInt, Field(gt=0, le=1_000_000)]
 Count = Annotated[StrictInt, Field(ge=1, le=10**15)]
-KeyIdPath = Annotated[str, Field(pattern=r"^key-[0-9a-f]{12}$")]
+KEY_ID_PATTERN = r"^key-[0-9a-f]{12}$"
 
 
 class KeyLimitsIn(BaseModel):

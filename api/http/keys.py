@@ -13,10 +13,10 @@ from api.access.quotas import Quotas
 from api.auth import KeyRing
 from api.http.error_handling import error_responses
 from api.http.key_schemas import (
+    KEY_ID_PATTERN,
     GroupLimitsIn,
     GroupUsageOut,
     KeyCreated,
-    KeyIdPath,
     KeyIn,
     KeyLimitsIn,
     KeyOut,
@@ -29,8 +29,11 @@ from api.http.routes import ADMIN, GROUP, SERVER_ADMIN
 from memory.errors import NotFoundError, StoreUnavailableError
 from memory.store.keys import StoredKey
 
-keys_router = APIRouter(prefix="/v1", tags=["keys"], responses=error_responses(401, 403, 404, 409, 415, 422, 503))
-KeyId = Annotated[str, Path(description="a key's id (`key-` and 12 hex digits)"), KeyIdPath]
+keys_router = APIRouter(prefix="/v1", tags=["keys"], responses=error_responses(401, 403, 404, 409, 415, 422, 429, 503))
+KeyId = Annotated[
+    str,
+    Path(pattern=KEY_ID_PATTERN, description="a key's id (`key-` and 12 hex digits)", examples=["key-0123456789ab"]),
+]
 KEY = "/keys/{key_id}"
 
 

@@ -77,7 +77,7 @@ WRITE = _authorizer(Role.WRITE)
 ADMIN = _authorizer(Role.ADMIN)
 SERVER_ADMIN = _authorizer(Role.ADMIN, server_wide=True)  # figures of every group: a key for '*'
 
-v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 503))
+v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 429, 503))
 ops = APIRouter(tags=["operations"])
 
 GROUP = "/groups/{group_id}"
@@ -90,7 +90,7 @@ SESSION = GROUP + "/sessions/{session_id}"
 @v1.post(
     SESSION + "/messages",
     tags=["messages"],
-    responses=error_responses(409, 429),
+    responses=error_responses(409),
     summary="Add a batch of messages (idempotent by message id)",
 )
 def add_messages(
