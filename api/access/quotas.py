@@ -67,8 +67,13 @@ class Quotas:
         self.key_defaults = {k: v for k, v in key_defaults.items() if v is not None}
         self.group_defaults = {k: v for k, v in group_defaults.items() if v is not None}
         self.clock = now  # what "today" is (tests move it)
-        self.refusals: Counter[tuple[str, str]] = Counter()  # (limit, "key" | "group") -> 429s sent
+        self._refusals: Counter[tuple[str, str]] = Counter()  # (limit, "key" | "group") -> 429s sent
         self._lock = threading.Lock()
+        self._refusals_lock = threading.Lock()
+
+    def refusal_counts(self) -> dict[tuple[str, str], int]:
+        with self._refusals_lock:
+            return dict(self._refusals)
 
     def key_limits(self, limits: Limits) -> dict[str, float]:
         return {**self.key_defaults, **limits}
@@ -196,7 +201,8 @@ class Quotas:
         return max(1, math.ceil((midnight - now).total_seconds()))
 
     def _refuse(self, name: str, scope: str, value: float, retry: int, *, used: int = 0, asked: int = 0) -> None:
-        self.refusals[(name, scope)] += 1
+        with self._refusals_lock:
+            self._refusals[(name, scope)] += 1
         shown = f"{value:g}"
         what = {
             "requests_per_second": f"{shown} requests per second",

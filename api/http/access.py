@@ -115,7 +115,7 @@ class AccessCollector(Collector):
         refusals = CounterMetricFamily(
             "epimem_limit_refusals", "Requests refused with 429, by limit and scope.", labels=["limit", "scope"]
         )
-        for (limit, scope), count in sorted(quotas.refusals.items()):
+        for (limit, scope), count in sorted(quotas.refusal_counts().items()):
             refusals.add_metric([limit, scope], count)
         yield refusals
         stored = keys.live.keys()
