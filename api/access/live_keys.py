@@ -19,7 +19,7 @@ from datetime import datetime
 
 from api.access import secrets
 from memory.errors import ConflictError, EpimemError, NotFoundError
-from memory.store.keys import GroupLimits, StoredKey
+from memory.store.keys import GroupLimits, StoredKey, hashed_group
 from memory.store.protocols import KeyRecords
 from memory.timeutil import utc_now
 
@@ -113,7 +113,7 @@ class LiveKeys:
         return list(self._keys.values())
 
     def group_limits(self, group_id: str) -> GroupLimits:
-        return self._groups.get(group_id, {})
+        return self._groups.get(hashed_group(group_id), {})
 
     # -- changes (an admin's) --------------------------------------------------------------------------
 

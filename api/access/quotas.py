@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol, TypeVar
 
 from api.access.counters import SharedCounters
 from api.access.rates import RateLimiter, Subject
 from api.errors import TooManyRequestsError
+from memory.store.keys import hashed_group
 from memory.store.usage import CounterId
 from memory.timeutil import utc_now
 
@@ -69,10 +70,11 @@ class Quotas:
         self.clock = now  # what "today" is (tests move it)
         self._refusals: Counter[tuple[str, str]] = Counter()  # (limit, "key" | "group") -> 429s sent
         self._lock = threading.Lock()
-        self._refusals_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # the refusals and _changed_groups
+        self._changed_groups: dict[CounterId, str] = {}  # counters due for a recount -> their group
 
     def refusal_counts(self) -> dict[tuple[str, str], int]:
-        with self._refusals_lock:
+        with self._state_lock:
             return dict(self._refusals)
 
     def key_limits(self, limits: Limits) -> dict[str, float]:
@@ -115,7 +117,7 @@ class Quotas:
         ``stored(ids)``: which of the ids the group holds already. Asked only when the batch would pass a
         limit: a retried batch then counts only what it adds (a retry of what was stored passes)."""
         day = self.day()
-        subjects = [CounterId("messages", "group", group_id, day), CounterId("chars", "group", group_id, "all")]
+        subjects = [_group_counter("messages", group_id, day), _group_counter("chars", group_id, "all")]
         checks = []
         if key_id is not None:
             subjects.append(CounterId("messages", "key", key_id, day))
@@ -132,7 +134,7 @@ class Quotas:
             if checks:
                 totals = self.counters.totals([c for c, *_ in checks if c.measure == "messages"])
                 if any(c.measure == "chars" for c, *_ in checks):
-                    totals.update(self.counters.totals([subjects[1]], measure=self._measure))
+                    totals.update(self.counters.totals([subjects[1]], measure=self._measure(group_id)))
                 over = [check for check in checks if totals[check[0]] + amounts[check[0]] > check[3]]
                 if over and stored is not None:
                     known = stored([m.id for m in messages])
@@ -165,17 +167,23 @@ class Quotas:
         reservation.settle(receipt.accepted)
         return receipt
 
-    def _measure(self, counter: CounterId) -> int:
-        return self._measure_chars(counter.subject)
+    def _measure(self, group_id: str) -> Callable[[CounterId], int]:
+        return lambda _counter: self._measure_chars(group_id)
 
     def changed(self, group_id: str) -> None:
         """A group's messages changed other than by an add: its stored characters are recounted."""
-        self.counters.forget(CounterId("chars", "group", group_id, "all"))
+        counter = _group_counter("chars", group_id, "all")
+        with self._state_lock:
+            self._changed_groups[counter] = group_id
+        self.counters.forget(counter)
 
     def recount_due(self) -> None:
         """Recount the groups changed by this server (the background refresh calls it)."""
         for counter in self.counters.due():
-            self.counters.recount(counter, self._measure(counter))
+            with self._state_lock:
+                group_id = self._changed_groups.pop(counter, None)
+            if group_id is not None:
+                self.counters.recount(counter, self._measure_chars(group_id))
 
     # -- usage -------------------------------------------------------------------------------------
 
@@ -184,16 +192,26 @@ class Quotas:
         return {"messages_today": self.counters.totals([counter])[counter]}
 
     def group_usage(self, group_id: str) -> dict[str, int]:
-        day = CounterId("messages", "group", group_id, self.day())
-        chars = CounterId("chars", "group", group_id, "all")
+        day = _group_counter("messages", group_id, self.day())
+        chars = _group_counter("chars", group_id, "all")
         totals = self.counters.totals([day])
-        totals.update(self.counters.totals([chars], measure=self._measure))
+        totals.update(self.counters.totals([chars], measure=self._measure(group_id)))
         return {"messages_today": totals[day], "stored_chars": totals[chars]}
 
-    def usage_today(self) -> dict[tuple[str, str], int]:
-        """(kind, subject) -> messages added today, for every key and group that added any."""
+    def usage_today(self, groups: Iterable[str] = ()) -> dict[tuple[str, str], int]:
+        """(kind, id) -> messages added today, for every key that added any, and those of ``groups`` (the
+        counters name a group by its hash only) that did."""
         found = self.counters.period(self.day())
-        return {(c.kind, c.subject): total for c, total in found.items() if c.measure == "messages"}
+        named = {hashed_group(group): group for group in groups}
+        today = {}
+        for counter, total in found.items():
+            if counter.measure != "messages":
+                continue
+            if counter.kind == "key":
+                today[("key", counter.subject)] = total
+            elif counter.subject in named:
+                today[("group", named[counter.subject])] = total
+        return today
 
     def _seconds_to_midnight(self) -> int:
         now = self.clock()
@@ -201,7 +219,7 @@ class Quotas:
         return max(1, math.ceil((midnight - now).total_seconds()))
 
     def _refuse(self, name: str, scope: str, value: float, retry: int, *, used: int = 0, asked: int = 0) -> None:
-        with self._refusals_lock:
+        with self._state_lock:
             self._refusals[(name, scope)] += 1
         shown = f"{value:g}"
         what = {
@@ -222,6 +240,11 @@ class Quotas:
 def _amounts(subjects: list[CounterId], messages: Sequence[_Content]) -> dict[CounterId, int]:
     chars = sum(len(m.content) for m in messages)
     return {counter: chars if counter.measure == "chars" else len(messages) for counter in subjects}
+
+
+def _group_counter(measure: str, group_id: str, period: str) -> CounterId:
+    """A group's counter, which names it by its hash: a deleted group's id stays in no counter."""
+    return CounterId(measure, "group", hashed_group(group_id), period)
 
 
 class Reservation:

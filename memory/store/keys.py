@@ -10,7 +10,8 @@ readers read the stamp first, so a reader that saw a stamp sees every key writte
 
 Records are never deleted: a revoked key stays, with the time it was revoked, so that listing it says
 what happened and its id is never reused. A group's limits are a record of their own (JSON in its
-document, like a key's), under the same stamp.
+document, like a key's), under the same stamp, that names the group by its hash (``hashed_group``): a
+deleted group's id stays in no record here (nor in ``memory.store.usage``'s counters).
 """
 
 from __future__ import annotations
@@ -103,11 +104,11 @@ class KeyStore(StorePart):
         keys: list[StoredKey] = []
         for page in pages(collection, ["documents"], where={"kind": _KIND}):
             keys.extend(StoredKey.from_json(str(document)) for document in page["documents"] or [])
-        groups: dict[str, GroupLimits] = {}
+        groups: dict[str, GroupLimits] = {}  # by hashed_group(group_id)
         for page in pages(collection, ["documents"], where={"kind": _GROUP_KIND}):
             for document in page["documents"] or []:
                 body = json.loads(str(document))
-                groups[str(body["group_id"])] = {str(k): float(v) for k, v in body["limits"].items()}
+                groups[str(body["group"])] = {str(k): float(v) for k, v in body["limits"].items()}
         return stamp, sorted(keys, key=lambda key: (key.created_at, key.id)), groups
 
     @store_call
@@ -134,12 +135,17 @@ class KeyStore(StorePart):
     def put_group_limits(self, group_id: str, limits: GroupLimits) -> str:
         """Replace a group's limits (empty: the defaults again), then a new stamp; returns the stamp."""
         collection = self._collection()
-        body = json.dumps({"group_id": group_id, "limits": limits}, sort_keys=True)
-        record_id = "g." + codec.digest(group_id)[:40]
+        body = json.dumps({"group": hashed_group(group_id), "limits": limits}, sort_keys=True)
+        record_id = "g." + hashed_group(group_id)
         collection.upsert(
             ids=[record_id], documents=[body], metadatas=[{"kind": _GROUP_KIND}], embeddings=codec.placeholders(1)
         )
         return _new_stamp(collection)
+
+
+def hashed_group(group_id: str) -> str:
+    """How the key store and the usage counters name a group: a one-way hash of its id."""
+    return codec.digest("group", group_id)[:32]
 
 
 def _new_stamp(collection: Collection) -> str:

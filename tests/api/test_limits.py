@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, turns
+from helpers.checks import every_client, scan_client
 
 from api.facade import Epimem
 from memory.timeutil import utc_now
@@ -125,6 +126,22 @@ def test_stored_characters_are_recounted_after_a_deletion(api: Api, group_id: st
     assert api("GET", f"/v1/groups/{group_id}/usage").json()["usage"]["stored_chars"] == 60
     assert _add(api, ROOT, group_id, ["m3"], size=30).status_code == 200
     assert _add(api, ROOT, f"{group_id}-other", ["m3"], size=300).status_code == 200  # another group is unaffected
+
+
+def test_a_deleted_group_stays_in_no_counter_or_limit(server: Any, api: Api, group_id: str) -> None:
+    tenant = f"{group_id}-tenant-name"
+    assert api("PUT", f"/v1/groups/{tenant}/limits", json={"messages_per_day": 100}).status_code == 200
+    assert _add(api, ROOT, tenant, ["a1", "a2"]).status_code == 200
+    rows = {(r["kind"], r["id"]) for r in api("GET", "/v1/usage").json()["rows"]}
+    assert ("group", tenant) in rows  # listed by its id while it exists
+    assert api("DELETE", f"/v1/groups/{tenant}").status_code == 200
+    rows = {(r["kind"], r["id"]) for r in api("GET", "/v1/usage").json()["rows"]}
+    assert not [row for row in rows if tenant in row[1]]
+    service = server.service
+    assert scan_client(every_client(service), [tenant]) == []  # not in a record, a name or a metadata value
+    if service.settings.chroma_host is None:  # and not a byte of the embedded folder
+        for path in service.settings.data_dir.rglob("*"):
+            assert not path.is_file() or tenant.encode() not in path.read_bytes(), path
 
 
 def test_limits_and_use_are_in_metrics(api: Api, group_id: str) -> None:
