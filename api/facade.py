@@ -19,6 +19,7 @@ from typing import Any
 from api.composition import build_service
 from api.corrections import Corrections
 from api.settings import Settings
+from memory import tracing
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
@@ -31,6 +32,7 @@ from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, 
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
+from memory.tracing import memory_operation
 from retrieval.context import ContextBuilder
 from retrieval.filters import passing_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
@@ -100,6 +102,7 @@ class Epimem(Corrections):
 
     # -- write ---------------------------------------------------------------------------------
 
+    @memory_operation("create_memory", tracing.on_messages)
     def add_messages(
         self, group_id: str, session_id: str, messages: Iterable[MessageInput], *, actor: str = LOCAL_ACTOR
     ) -> AddReceipt:
@@ -142,12 +145,14 @@ class Epimem(Corrections):
 
     # -- read ----------------------------------------------------------------------------------
 
+    @memory_operation("search_memory", tracing.on_query, tracing.returned)
     def search(self, group_id: str, query: str | SearchQuery, **options: Any) -> list[SearchHit]:
         _scope_ids(group_id)
         return self.searcher.search(
             group_id, query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
         )
 
+    @memory_operation("search_memory", tracing.on_query, tracing.cited)
     def context(self, group_id: str, query: str | ContextQuery, **options: Any) -> ContextResult:
         _scope_ids(group_id)
         request = query if isinstance(query, ContextQuery) else ContextQuery(query=query, **options)
@@ -254,18 +259,21 @@ class Epimem(Corrections):
 
     # -- lifecycle: deletion, summaries, export and import, model change ------------------------------
 
+    @memory_operation("delete_memory", tracing.on_group, tracing.removed)
     def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """The session's partition, messages and records; group summaries citing it are rebuilt
         from what remains (or removed). ``GROUP_SUMMARY_SESSION`` deletes every group summary."""
         _scope_ids(group_id, session_id)
         return self.memory.delete_session(group_id, session_id, actor=actor)
 
+    @memory_operation("delete_memory_store", tracing.on_group)
     def delete_group(self, group_id: str) -> DeletionReceipt:
         """Everything of the group, in every collection. Idempotent; see memory.service for what
         happens to adds that run at the same time."""
         _scope_ids(group_id)
         return self.memory.delete_group(group_id)
 
+    @memory_operation("delete_memory", tracing.on_message, tracing.removed)
     def delete_message(
         self, group_id: str, session_id: str, message_id: str, *, actor: str = LOCAL_ACTOR
     ) -> DeletionReceipt:
@@ -274,6 +282,7 @@ class Epimem(Corrections):
         _scope_ids(group_id, session_id)
         return self.memory.delete_message(group_id, session_id, message_id, actor=actor)
 
+    @memory_operation("delete_memory", tracing.on_episode, tracing.removed)
     def delete_episode(
         self, group_id: str, session_id: str, episode_id: str, *, actor: str = LOCAL_ACTOR
     ) -> DeletionReceipt:

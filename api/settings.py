@@ -107,7 +107,48 @@ class Settings(BaseSettings):
         )
 
     # HTTP surface.
-    api_keys_file: Path | None = None
+    api_keys_file: Path | None = Field(
+        default=None, description="A JSON file of API keys: keys are required, and the file's seed the key store."
+    )
+    api_keys_store: bool = Field(
+        default=False,
+        description="Require API keys from the deployment's key store (managed with /v1/keys and `epimem keys`) "
+        "even without a keys file. Off with no keys file: local mode.",
+    )
+    keys_recheck_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often a server checks the key store for keys made, revoked or rotated by another "
+        "server (one small read), and writes and recounts usage counters.",
+    )
+    usage_refresh_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=3600,
+        description="Usage counters (messages per day, stored characters) are read back from the store when a "
+        "limit needs them and the last read is older than this (0 = at every check: exact, two store calls).",
+    )
+    key_requests_per_second: float | None = Field(
+        default=None, gt=0, description="Default limit of a key without its own (per server)."
+    )
+    key_messages_per_day: int | None = Field(
+        default=None, ge=1, description="Default limit of a key without its own (UTC days, every server)."
+    )
+    group_requests_per_second: float | None = Field(
+        default=None, gt=0, description="Default limit of a group without its own (per server)."
+    )
+    group_messages_per_day: int | None = Field(
+        default=None, ge=1, description="Default limit of a group without its own (UTC days, every server)."
+    )
+    group_stored_chars: int | None = Field(
+        default=None, ge=1, description="Default limit of the characters a group's messages hold."
+    )
+    trace_query_text: bool = Field(
+        default=False,
+        description="Put the query text of search and context in their spans (gen_ai.memory.query.text): "
+        "off by default, because a query may hold personal data.",
+    )
     max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     max_import_bytes: int = Field(
         default=2 * 1024 * 1024 * 1024,

@@ -37,6 +37,7 @@ from api.cli.corrections import register as register_corrections
 from api.cli.erase import register as register_erase
 from api.cli.files import note_when_empty
 from api.cli.imports import register as register_import
+from api.cli.keys import register as register_keys
 from api.cli.mcp import register as register_mcp
 from api.cli.segment import register as register_segment
 from api.cli.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
@@ -91,7 +92,7 @@ def serve(
     if not keys.enabled and host not in LOOPBACK:
         fail(
             f"refusing to bind to {host}: no API keys are configured (local mode). "
-            "Set EPIMEM_API_KEYS_FILE to serve beyond this machine."
+            "Set EPIMEM_API_KEYS_FILE (or EPIMEM_API_KEYS_STORE=true) to serve beyond this machine."
         )
     if workers > 1 and settings.chroma_host is None:
         fail("--workers > 1 needs a Chroma server (EPIMEM_CHROMA_HOST): embedded Chroma is one process")
@@ -318,5 +319,5 @@ def reembed(
         )
 
 
-for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections):
+for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections, register_keys):
     _register(app)

@@ -67,7 +67,7 @@ def check_keys(settings: Settings) -> KeyRing:
     if path is not None and not Path(path).is_file():
         raise StartupError(f"API key file {path} (EPIMEM_API_KEYS_FILE) does not exist or is not a file")
     try:
-        return KeyRing.from_file(path)
+        return KeyRing.from_file(path, store=settings.api_keys_store)
     except EpimemError as error:
         raise StartupError(error.message) from None
 

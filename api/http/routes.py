@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
 from api.facade import Epimem
+from api.http.access import add_within_limits
 from api.http.error_handling import error_responses
 from api.http.params import EpisodeIdPath, FilterQuery, GroupId, MessageIdPath, SessionId, SessionIdQuery, parse_filter
 from api.http.schemas import (
@@ -76,7 +77,7 @@ WRITE = _authorizer(Role.WRITE)
 ADMIN = _authorizer(Role.ADMIN)
 SERVER_ADMIN = _authorizer(Role.ADMIN, server_wide=True)  # figures of every group: a key for '*'
 
-v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 503))
+v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 429, 503))
 ops = APIRouter(tags=["operations"])
 
 GROUP = "/groups/{group_id}"
@@ -96,15 +97,15 @@ def add_messages(
     group_id: GroupId,
     session_id: SessionId,
     body: MessagesIn,
-    service: ServiceDep,
     settings: SettingsDep,
     who: Annotated[Principal, WRITE],
+    request: Request,
 ) -> AddReceipt:
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
-    a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
+    a duplicate; the same id with other content is a 409 and nothing of the batch is written (429 too)."""
     check_batch(body.messages, settings)
-    return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
+    return add_within_limits(request, who, group_id, session_id, body.messages)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")

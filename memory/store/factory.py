@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
+from memory.store.keys import KeyStore
 from memory.store.log import LogStore
 from memory.store.snapshots import SnapshotCache
+from memory.store.usage import UsageStore
 from memory.store.vectors import VectorStore
 
 
@@ -17,6 +19,8 @@ class Store:
     log: LogStore
     vectors: VectorStore
     admin: StoreAdmin
+    keys: KeyStore  # the deployment's API keys and group limits
+    usage: UsageStore  # usage counters shared by its servers
 
     @property
     def model_id(self) -> str:
@@ -32,4 +36,10 @@ def open_store(connection: ChromaConnection, *, model_id: str, persist: bool = F
     service's store, not a second one opened on the same connection)."""
     collections = Collections(connection, model_id)
     vectors = VectorStore(collections, snapshots=SnapshotCache(collections, persist=persist))
-    return Store(log=LogStore(collections), vectors=vectors, admin=StoreAdmin(collections))
+    return Store(
+        log=LogStore(collections),
+        vectors=vectors,
+        admin=StoreAdmin(collections),
+        keys=KeyStore(collections),
+        usage=UsageStore(collections),
+    )

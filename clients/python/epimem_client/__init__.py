@@ -12,6 +12,7 @@ from epimem_client.errors import (
     PayloadTooLargeError,
     ServerUnreachableError,
     StoreUnavailableError,
+    TooManyRequestsError,
     UnauthorizedError,
 )
 from epimem_client.models import (
@@ -60,5 +61,6 @@ __all__ = [
     "SessionInfo",
     "StoreUnavailableError",
     "TimelinePage",
+    "TooManyRequestsError",
     "UnauthorizedError",
 ]

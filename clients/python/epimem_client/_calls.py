@@ -64,6 +64,7 @@ _BY_STATUS: dict[int, type[errors.EpimemError]] = {
     409: errors.ConflictError,
     413: errors.PayloadTooLargeError,
     422: errors.InvalidInputError,
+    429: errors.TooManyRequestsError,
     503: errors.StoreUnavailableError,
 }
 
@@ -77,7 +78,7 @@ def error_from_response(response: httpx.Response) -> errors.EpimemError:
     except (ValueError, KeyError, TypeError):
         code, message, details = "", f"HTTP {response.status_code}: {response.text[:200]}", None
     cls = _error_classes().get(code) or _BY_STATUS.get(response.status_code, errors.EpimemError)
-    if issubclass(cls, errors.StoreUnavailableError):
+    if issubclass(cls, errors.StoreUnavailableError | errors.TooManyRequestsError):
         retry = response.headers.get("retry-after", "5")
         return cls(message, retry_after=int(retry) if retry.isdigit() else 5, details=details)
     return cls(message, details=details)

@@ -18,7 +18,7 @@ export interface paths {
          * Add a batch of messages (idempotent by message id)
          * @description Stores the messages durably before answering. Episodes form off the request path once
          *     enough messages are pending, or on flush. The same id with the same content again is reported as
-         *     a duplicate; the same id with other content is a 409 and nothing of the batch is written.
+         *     a duplicate; the same id with other content is a 409 and nothing of the batch is written (429 too).
          */
         post: operations["add_messages_v1_groups__group_id__sessions__session_id__messages_post"];
         delete?: never;
@@ -312,6 +312,133 @@ export interface paths {
          *     secret), action, session and target ids; never the content of what changed.
          */
         get: operations["audit_v1_groups__group_id__audit_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every key, without secrets, with limits and use */
+        get: operations["list_keys_v1_keys_get"];
+        put?: never;
+        /**
+         * Make an API key (its secret is shown this once)
+         * @description Works at once on this server, and on every server of the deployment within `EPIMEM_KEYS_RECHECK_S`.
+         */
+        post: operations["create_key_v1_keys_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One key, without its secret */
+        get: operations["get_key_v1_keys__key_id__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a key (refused at once; kept, listed)
+         * @description Refused at once on this server, on every other within `EPIMEM_KEYS_RECHECK_S`. Revoking twice is a no-op.
+         */
+        delete: operations["revoke_key_v1_keys__key_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new secret for a key; the old one is refused */
+        post: operations["rotate_key_v1_keys__key_id__rotate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Replace a key's limits (an empty object: the defaults) */
+        put: operations["put_key_limits_v1_keys__key_id__limits_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Replace a group's limits (an admin of every group; {}: the defaults) */
+        put: operations["put_group_limits_v1_groups__group_id__limits_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A group's limits and use */
+        get: operations["group_usage_v1_groups__group_id__usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Messages added today by every key and group */
+        get: operations["usage_v1_usage_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -864,6 +991,29 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * GroupLimitsIn
+         * @example {
+         *       "stored_chars": 50000000
+         *     }
+         */
+        GroupLimitsIn: {
+            /**
+             * Requests Per Second
+             * @description per server
+             */
+            requests_per_second?: (number) | null;
+            /**
+             * Messages Per Day
+             * @description messages added per UTC day, every server
+             */
+            messages_per_day?: number | null;
+            /**
+             * Stored Chars
+             * @description characters the group's messages may hold
+             */
+            stored_chars?: number | null;
+        };
         /** GroupOverviewOut */
         GroupOverviewOut: {
             group: components["schemas"]["GroupStats"];
@@ -901,6 +1051,32 @@ export interface components {
             first?: string | null;
             /** Last */
             last?: string | null;
+        };
+        /** GroupUsageOut */
+        GroupUsageOut: {
+            /** Group Id */
+            group_id: string;
+            /**
+             * Limits
+             * @description the group's own limits
+             */
+            limits: {
+                [key: string]: number;
+            };
+            /**
+             * Effective Limits
+             * @description what applies: its own, else the server's defaults
+             */
+            effective_limits: {
+                [key: string]: number;
+            };
+            /**
+             * Usage
+             * @description messages_today (UTC, every server) and stored_chars
+             */
+            usage: {
+                [key: string]: number;
+            };
         };
         /** GroupsOut */
         GroupsOut: {
@@ -1008,6 +1184,183 @@ export interface components {
              * @default 0
              */
             vectors?: number;
+        };
+        /** KeyCreated */
+        KeyCreated: {
+            /**
+             * Id
+             * @description public: names the key in listings, the audit trail of an unnamed file key, URLs
+             */
+            id: string;
+            /** Name */
+            name: string;
+            /** Groups */
+            groups: string[];
+            /** Role */
+            role: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "active" | "expired" | "revoked";
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Expires At */
+            expires_at?: string | null;
+            /** Revoked At */
+            revoked_at?: string | null;
+            /**
+             * Source
+             * @description made over HTTP, or imported from the keys file
+             * @enum {string}
+             */
+            source: "api" | "file";
+            /**
+             * Limits
+             * @description the key's own limits
+             */
+            limits: {
+                [key: string]: number;
+            };
+            /**
+             * Effective Limits
+             * @description what applies: its own, else the server's defaults
+             */
+            effective_limits: {
+                [key: string]: number;
+            };
+            /**
+             * Usage
+             * @description messages_today: added today (UTC), every server
+             */
+            usage?: {
+                [key: string]: number;
+            };
+            /**
+             * Key
+             * @description the secret: shown this once, stored only as a salted hash
+             */
+            key: string;
+        };
+        /**
+         * KeyIn
+         * @example {
+         *       "groups": [
+         *         "team-a"
+         *       ],
+         *       "limits": {
+         *         "requests_per_second": 20
+         *       },
+         *       "name": "support-bot",
+         *       "role": "write"
+         *     }
+         */
+        KeyIn: {
+            /**
+             * Name
+             * @description who the key is: the audit trail and revisions sign its changes with it; unique among live keys
+             */
+            name: string;
+            /**
+             * Groups
+             * @description group ids, or prefixes ending in '*' ('*': every group)
+             */
+            groups: string[];
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "read" | "write" | "admin";
+            /**
+             * Expires At
+             * @description refused from this time on (ISO; naive = UTC)
+             */
+            expires_at?: string | null;
+            limits?: components["schemas"]["KeyLimitsIn"] | null;
+        };
+        /**
+         * KeyLimitsIn
+         * @example {
+         *       "messages_per_day": 10000
+         *     }
+         */
+        KeyLimitsIn: {
+            /**
+             * Requests Per Second
+             * @description per server
+             */
+            requests_per_second?: (number) | null;
+            /**
+             * Messages Per Day
+             * @description messages added per UTC day, every server
+             */
+            messages_per_day?: number | null;
+        };
+        /** KeyOut */
+        KeyOut: {
+            /**
+             * Id
+             * @description public: names the key in listings, the audit trail of an unnamed file key, URLs
+             */
+            id: string;
+            /** Name */
+            name: string;
+            /** Groups */
+            groups: string[];
+            /** Role */
+            role: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "active" | "expired" | "revoked";
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Expires At */
+            expires_at?: string | null;
+            /** Revoked At */
+            revoked_at?: string | null;
+            /**
+             * Source
+             * @description made over HTTP, or imported from the keys file
+             * @enum {string}
+             */
+            source: "api" | "file";
+            /**
+             * Limits
+             * @description the key's own limits
+             */
+            limits: {
+                [key: string]: number;
+            };
+            /**
+             * Effective Limits
+             * @description what applies: its own, else the server's defaults
+             */
+            effective_limits: {
+                [key: string]: number;
+            };
+            /**
+             * Usage
+             * @description messages_today: added today (UTC), every server
+             */
+            usage?: {
+                [key: string]: number;
+            };
+        };
+        /** KeysOut */
+        KeysOut: {
+            /**
+             * Keys
+             * @description oldest first; revoked keys too
+             */
+            keys: components["schemas"]["KeyOut"][];
         };
         /**
          * Message
@@ -1433,6 +1786,31 @@ export interface components {
             /** Next Cursor */
             next_cursor?: string | null;
         };
+        /** UsageOut */
+        UsageOut: {
+            /**
+             * Day
+             * @description the UTC day the counts are of
+             */
+            day: string;
+            /**
+             * Rows
+             * @description every key and group that added messages today
+             */
+            rows: components["schemas"]["UsageRow"][];
+        };
+        /** UsageRow */
+        UsageRow: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "key" | "group";
+            /** Id */
+            id: string;
+            /** Messages Today */
+            messages_today: number;
+        };
         /** WhoAmI */
         WhoAmI: {
             /**
@@ -1549,6 +1927,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -1643,6 +2030,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1749,6 +2145,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -1839,6 +2244,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1948,6 +2362,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2047,6 +2470,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2134,6 +2566,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2240,6 +2681,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2332,6 +2782,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2447,6 +2906,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2535,6 +3003,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2641,6 +3118,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2729,6 +3215,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2831,6 +3326,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2921,6 +3425,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3029,6 +3542,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3119,6 +3641,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3225,6 +3756,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3316,6 +3856,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3423,6 +3972,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3506,6 +4064,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3607,6 +4174,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3690,6 +4266,873 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_keys_v1_keys_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeysOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_key_v1_keys_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyCreated"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_key_v1_keys__key_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revoke_key_v1_keys__key_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rotate_key_v1_keys__key_id__rotate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyCreated"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_key_limits_v1_keys__key_id__limits_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_group_limits_v1_groups__group_id__limits_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GroupLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupUsageOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    group_usage_v1_groups__group_id__usage_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupUsageOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    usage_v1_usage_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3842,6 +5285,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3894,6 +5346,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3972,6 +5433,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -4037,6 +5507,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
