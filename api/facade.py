@@ -18,6 +18,7 @@ from typing import Any
 
 from api.composition import build_service
 from api.corrections import Corrections
+from api.operations import Operations
 from api.settings import Settings
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
@@ -31,6 +32,7 @@ from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, 
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
+from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
 from retrieval.filters import passing_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
@@ -60,7 +62,7 @@ def _session_scope(group_id: str, session_id: str | None) -> None:
     _scope_ids(group_id, *([session_id] if session_id is not None else []))
 
 
-class Epimem(Corrections):
+class Epimem(Corrections, Operations):
     """Everything epimem does, in process. Thread-safe."""
 
     def __init__(
@@ -72,6 +74,7 @@ class Epimem(Corrections):
         searcher: Searcher,
         context_builder: ContextBuilder,
         overview: Overview,
+        webhooks: Webhooks,
     ) -> None:
         self.settings = settings
         self.memory = memory
@@ -79,6 +82,7 @@ class Epimem(Corrections):
         self.searcher = searcher
         self.context_builder = context_builder
         self._overview = overview
+        self.webhooks = webhooks
 
     @classmethod
     def from_settings(
@@ -260,11 +264,11 @@ class Epimem(Corrections):
         _scope_ids(group_id, session_id)
         return self.memory.delete_session(group_id, session_id, actor=actor)
 
-    def delete_group(self, group_id: str) -> DeletionReceipt:
+    def delete_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """Everything of the group, in every collection. Idempotent; see memory.service for what
         happens to adds that run at the same time."""
         _scope_ids(group_id)
-        return self.memory.delete_group(group_id)
+        return self.memory.delete_group(group_id, actor=actor)
 
     def delete_message(
         self, group_id: str, session_id: str, message_id: str, *, actor: str = LOCAL_ACTOR

@@ -18,6 +18,7 @@ import typer
 import typer.core
 from rich.table import Table
 
+from api.cli.backups import register as register_backups
 from api.cli.common import (
     AsJson,
     DataDir,
@@ -38,6 +39,7 @@ from api.cli.erase import register as register_erase
 from api.cli.files import note_when_empty
 from api.cli.imports import register as register_import
 from api.cli.mcp import register as register_mcp
+from api.cli.operations import register as register_operations
 from api.cli.segment import register as register_segment
 from api.cli.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
 from api.settings import Settings
@@ -320,3 +322,5 @@ def reembed(
 
 for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections):
     _register(app)
+register_backups(app)
+register_operations(app)

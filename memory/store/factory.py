@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
+from memory.store.dump import StoreDump
 from memory.store.log import LogStore
 from memory.store.snapshots import SnapshotCache
 from memory.store.vectors import VectorStore
+from memory.store.webhook_store import WebhookStore
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,8 @@ class Store:
     log: LogStore
     vectors: VectorStore
     admin: StoreAdmin
+    dump: StoreDump  # collections read and written whole (backups)
+    webhooks: WebhookStore  # subscriptions, outbox, delivery log and leases of change events
 
     @property
     def model_id(self) -> str:
@@ -32,4 +36,10 @@ def open_store(connection: ChromaConnection, *, model_id: str, persist: bool = F
     service's store, not a second one opened on the same connection)."""
     collections = Collections(connection, model_id)
     vectors = VectorStore(collections, snapshots=SnapshotCache(collections, persist=persist))
-    return Store(log=LogStore(collections), vectors=vectors, admin=StoreAdmin(collections))
+    return Store(
+        log=LogStore(collections),
+        vectors=vectors,
+        admin=StoreAdmin(collections),
+        dump=StoreDump(collections),
+        webhooks=WebhookStore(collections),
+    )
