@@ -85,7 +85,9 @@ class WebhookReceiver:
         with self._lock:
             return [delivery.event for delivery in self.received]
 
-    def wait_for(self, condition: Callable[[list[dict[str, Any]]], bool], timeout: float = 60.0) -> list[dict[str, Any]]:
+    def wait_for(
+        self, condition: Callable[[list[dict[str, Any]]], bool], timeout: float = 60.0
+    ) -> list[dict[str, Any]]:
         """The events once ``condition(events)`` holds (polled; the bound is generous, never a pass condition)."""
         deadline = time.monotonic() + timeout
         while not condition(events := self.events()):
