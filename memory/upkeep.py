@@ -48,6 +48,7 @@ class RestoreReceipt(BaseModel):
     records: int
     backup_created_at: str
     sha256: str = Field(description="the backup's checksum (checked before anything was written)")
+    inexact_vectors: int = Field(description="vectors that do not read back exactly as backed up (0 expected)")
 
 
 class Upkeep:
@@ -168,8 +169,9 @@ class Upkeep:
             raise ConflictError(
                 f"this store already holds {len(taken)} of the backup's groups", details={"groups": taken[:20]}
             )
-        for part in read_parts(path):
-            dump.write(part.name, part.metadata, part.records)
+        inexact = sum(dump.write(part.name, part.metadata, part.records) for part in read_parts(path))
+        if inexact:
+            log.warning("restore: %d vectors do not read back exactly as backed up", inexact)
         for group_id in summary.groups:
             dump.restored(group_id)
             self._changed(group_id)
@@ -182,4 +184,5 @@ class Upkeep:
             records=summary.records,
             backup_created_at=summary.created_at,
             sha256=summary.sha256,
+            inexact_vectors=inexact,
         )

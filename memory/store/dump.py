@@ -4,6 +4,14 @@ A record is copied as it is stored — id, document, metadata (with the time sta
 vector — whatever the record format, so a restored store reads back byte for byte what the source
 read. Only live records are read: what a delete removed (and erased) is not in Chroma's answers. The
 records keep the order Chroma lists them in, and are written back in that order.
+
+Vectors of a cosine collection (partitions, group indexes) do not come back from Chroma exactly as they
+were written (chromadb 1.5.9 keeps the unit vector and the norm and returns their product, one float32
+rounding away from the input: 28% of unit vectors moved by an ulp in a test of 300). Written back
+as read, a restored vector would move again, and scores would differ in their eighth digit. So a restore
+writes, for each vector, one whose read-back is the backed-up vector (``writable``: Chroma's float32
+arithmetic mirrored, a component moved an ulp at a time), and reads every vector back to check
+(``StoreDump.write`` returns how many differ: 0 when Chroma computes as mirrored here).
 """
 
 from __future__ import annotations
@@ -82,22 +90,28 @@ class StoreDump(StorePart):
         return registry.count() > 0
 
     @store_call
-    def write(self, name: str, metadata: dict[str, Any], records: Sequence[RawRecord]) -> None:
-        """Records into a collection (created with ``metadata`` if it does not exist), in their order."""
+    def write(self, name: str, metadata: dict[str, Any], records: Sequence[RawRecord]) -> int:
+        """Records into a collection (created with ``metadata`` if it does not exist), in their order;
+        returns how many vectors do not read back as given (see the module notes)."""
         client = self.connection.client_for(name)
         self.connection.forget([name])
         collection = client.get_or_create_collection(name, metadata=metadata, embedding_function=None)
+        if not records:
+            return 0
+        cosine = metadata.get("hnsw:space") == "cosine"
+        wanted = np.stack([r.embedding for r in records])
+        vectors = writable(wanted) if cosine else wanted
         for start in range(0, len(records), WRITE_BATCH):
-            batch = records[start : start + WRITE_BATCH]
             # Chroma takes documents for all or none of a call: a run with documents, one without.
-            run: list[RawRecord] = []
-            for record in batch:
-                if run and (record.document is None) != (run[0].document is None):
-                    _add(collection, run)
+            run: list[int] = []
+            for index in range(start, min(start + WRITE_BATCH, len(records))):
+                if run and (records[index].document is None) != (records[run[0]].document is None):
+                    _add(collection, [records[i] for i in run], vectors[run])
                     run = []
-                run.append(record)
+                run.append(index)
             if run:
-                _add(collection, run)
+                _add(collection, [records[i] for i in run], vectors[run])
+        return _differing(collection, [r.id for r in records], wanted)
 
     @store_call
     def restored(self, group_id: str) -> None:
@@ -109,15 +123,66 @@ class StoreDump(StorePart):
         versions.changed(self._collections, group_id)
 
 
-def _add(collection: Any, records: Sequence[RawRecord]) -> None:
+def _add(collection: Any, records: Sequence[RawRecord], vectors: np.ndarray) -> None:
     columns: dict[str, Any] = {
         "ids": [r.id for r in records],
         "metadatas": [r.metadata or None for r in records],
-        "embeddings": np.stack([r.embedding for r in records]),
+        "embeddings": vectors,
     }
     if records[0].document is not None:
         columns["documents"] = [r.document for r in records]
     collection.add(**columns)
+
+
+def _differing(collection: Any, ids: Sequence[str], wanted: np.ndarray) -> int:
+    """How many of the records' vectors read back otherwise than ``wanted`` (rows in the order of ``ids``)."""
+    differing = 0
+    for start in range(0, len(ids), PAGE):
+        page = list(ids[start : start + PAGE])
+        found: Any = collection.get(ids=page, include=["embeddings"])
+        got = dict(zip(found["ids"], np.asarray(found["embeddings"], dtype=np.float32), strict=True))
+        differing += sum(
+            1 for offset, record_id in enumerate(page) if not np.array_equal(got[record_id], wanted[start + offset])
+        )
+    return differing
+
+
+def read_back(vectors: np.ndarray) -> np.ndarray:
+    """What a cosine collection of chromadb 1.5.9 returns for these float32 rows: each row times the
+    reciprocal of its norm (a sequential float32 sum of squares, plus 1e-30), times the norm."""
+    rows = np.asarray(vectors, dtype=np.float32)
+    squares = np.zeros(len(rows), dtype=np.float32)
+    for column in range(rows.shape[1]):  # in order, as Chroma sums
+        squares = (squares + rows[:, column] * rows[:, column]).astype(np.float32)
+    norms = np.sqrt(squares).astype(np.float32)
+    inverse = (np.float32(1) / (norms + np.float32(1e-30))).astype(np.float32)
+    return ((rows * inverse[:, None]).astype(np.float32) * norms[:, None]).astype(np.float32)
+
+
+def writable(wanted: np.ndarray, *, scales: int = 64, steps: int = 8) -> np.ndarray:
+    """Rows whose ``read_back`` is ``wanted``: each wrong component is moved an ulp toward what it should
+    read back as; a row that does not settle starts again from itself scaled by 1 ± k·2⁻²⁴. A row for which
+    nothing is found is written as it is (``StoreDump.write`` counts it)."""
+    target = np.asarray(wanted, dtype=np.float32)
+    found = target.copy()
+    todo = np.arange(len(target))
+    for k in range(scales):
+        for sign in (1.0, -1.0) if k else (1.0,):
+            if not len(todo):
+                return found
+            rows = (target[todo] * np.float32(1 + sign * k * 2.0**-24)).astype(np.float32)
+            for _ in range(steps):
+                got = read_back(rows)
+                wrong = got != target[todo]
+                settled = ~wrong.any(axis=1)
+                found[todo[settled]] = rows[settled]
+                todo, rows, got, wrong = todo[~settled], rows[~settled], got[~settled], wrong[~settled]
+                if not len(todo):
+                    return found
+                up = np.nextafter(rows, np.float32(np.inf))
+                down = np.nextafter(rows, np.float32(-np.inf))
+                rows = np.where(wrong, np.where(got < target[todo], up, down), rows).astype(np.float32)
+    return found
 
 
 __all__ = ["PAGE", "RawRecord", "StoreDump"]
