@@ -17,6 +17,7 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal
+from api.corrections import check_scope_ids
 from api.errors import PayloadTooLargeError
 from api.http.error_handling import error_responses
 from api.http.params import GroupId, SessionId
@@ -24,7 +25,6 @@ from api.http.routes import ADMIN, GROUP, READ, SERVER_ADMIN, SESSION, ServiceDe
 from api.operations import RetentionPolicies
 from memory.errors import NotFoundError
 from memory.lifecycle.retention import RetentionPolicy, RetentionReceipt, StoredPolicy
-from memory.models import check_scope_id
 from memory.upkeep import RestoreReceipt
 from memory.webhooks.hub import DeliveryLog
 from memory.webhooks.subscriptions import SubscriptionIn
@@ -170,7 +170,7 @@ def backup(
     """One file (gzip JSON Lines, checksummed): each group read at one moment, with every change that
     returned before it and none that began after. Restore it with `POST /v1/restore` or `epimem restore`."""
     if group is not None:
-        check_scope_id(group)
+        check_scope_ids(group)
         if not service.group_exists(group):
             raise NotFoundError("group not found")
     handle, name = tempfile.mkstemp(prefix="epimem-backup-", suffix=".gz")
@@ -196,8 +196,8 @@ def backup(
     openapi_extra={
         "requestBody": {
             "required": True,
-            "description": "a backup file as GET /v1/backup wrote it",
-            "content": {BACKUP_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+            "description": "a backup file as GET /v1/backup wrote it (gzip bytes)",
+            "content": {BACKUP_TYPE: {"schema": {"type": "string"}}},
         }
     },
     summary="Restore a backup into this server (which must hold none of its groups)",
