@@ -15,6 +15,7 @@ from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedd
 from memory.embedding.lazy import LazyEmbedder
 from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
 from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
+from memory.events import SessionOrder
 from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator, default_node_id
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
@@ -84,6 +85,7 @@ def _build(
     policy = segmentation_policy(settings)
     webhooks = build_webhooks(settings, store, background=background)
     closers.callback(webhooks.close)
+    events = SessionOrder(webhooks.outbox)  # every change, each session's in order, to the webhook outbox
     segmenter, segmenter_stats = build_segmenter(settings, policy, client)
     ingestor = Ingestor(
         log=store.log,
@@ -96,7 +98,7 @@ def _build(
         coordinator=build_coordinator(settings, store, closers),
         generation_concurrency=settings.llm_concurrency if client is not None else 1,
         idle=timedelta(seconds=settings.idle_seconds),
-        events=webhooks.outbox,
+        events=events,
     )
     summariser = Summariser(
         log=store.log, vectors=store.vectors, embedder=embedder, generator=generator if client is not None else None
@@ -131,7 +133,7 @@ def _build(
         else None,
         llm_components=llm_components,
         closers=[closers.close],
-        events=webhooks.outbox,
+        events=events,
     )
     if background and settings.retention_sweep_interval_s > 0:
         sweeper = RetentionSweeper(

@@ -9,10 +9,12 @@ failures (the change stands, as with the audit trail).
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from enum import StrEnum
 from typing import Protocol
 
@@ -80,6 +82,53 @@ class NoEvents:
 
 
 NO_EVENTS = NoEvents()
+
+
+class SessionOrder:
+    """The publisher the write path calls: events go on to ``publisher``, each session's in the order of its
+    changes (within this process). Formation does not wait for adds: it may take messages that an add has
+    stored and not announced yet. So an add counts as in flight (``adding``) from before it stores its
+    messages until its event is published, and the events of a formation of the session wait for the adds
+    in flight when they are published (at most ``wait_s``; adds never wait)."""
+
+    def __init__(self, publisher: EventPublisher = NO_EVENTS, *, wait_s: float = 10.0) -> None:
+        self.publisher = publisher
+        self._wait_s = wait_s
+        self._changed = threading.Condition()
+        self._in_flight: dict[tuple[str, str], set[int]] = {}
+        self._tokens = itertools.count()
+        self.waiting = 0  # publications waiting for adds now
+
+    @contextmanager
+    def adding(self, group_id: str, session_ids: Iterable[str]) -> Iterator[None]:
+        keys = [(group_id, session_id) for session_id in session_ids]
+        token = next(self._tokens)
+        with self._changed:
+            for key in keys:
+                self._in_flight.setdefault(key, set()).add(token)
+        try:
+            yield
+        finally:
+            with self._changed:
+                for key in keys:
+                    tokens = self._in_flight[key]
+                    tokens.discard(token)
+                    if not tokens:
+                        del self._in_flight[key]
+                self._changed.notify_all()
+
+    def publish(self, events: Sequence[ChangeEvent]) -> None:
+        keys = {(e.group_id, e.session_id) for e in events if e.type is ChangeType.EPISODES_FORMED and e.session_id}
+        with self._changed:
+            before = set().union(*(self._in_flight.get(key, set()) for key in keys)) if keys else set()
+            if before:
+                self.waiting += 1
+                self._changed.wait_for(
+                    lambda: not any(before & self._in_flight.get(key, set()) for key in keys), timeout=self._wait_s
+                )
+                self.waiting -= 1
+        self.publisher.publish(events)
+
 
 _last = 0
 _order = threading.Lock()

@@ -24,7 +24,7 @@ from typing import Any
 
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import NotFoundError
-from memory.events import NO_EVENTS, ChangeType, EventPublisher, change, redacted, removal
+from memory.events import ChangeType, SessionOrder, change, redacted, removal
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.timings import StageTimings
 from memory.ingest.worker import FormationWorker
@@ -80,7 +80,7 @@ class MemoryService(LogReads, Upkeep):
         worker: FormationWorker | None = None,
         llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
         closers: Sequence[Callable[[], None]] = (),
-        events: EventPublisher = NO_EVENTS,
+        events: SessionOrder | None = None,
     ) -> None:
         self.store = store
         self._generator = generator
@@ -95,7 +95,7 @@ class MemoryService(LogReads, Upkeep):
         self._worker = worker
         self._llm_components = dict(llm_components or {})
         self._closers = list(closers)
-        self.events = events  # told of every change (memory.events); the ingestor tells it of formations
+        self.events = events or SessionOrder()  # every change (memory.events); the ingestor's formations too
         self._gate = ReadersWriterLock()
         self._listeners: list[tuple[str, Listener]] = []
 
@@ -157,11 +157,12 @@ class MemoryService(LogReads, Upkeep):
     def add_messages(
         self, group_id: str, session_id: str, messages: Sequence[Message], *, actor: str = LOCAL_ACTOR
     ) -> AddReceipt:
-        with self._gate.shared(group_id):
-            receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
-        if receipt.accepted:
-            self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
-            self._announce(ChangeType.MESSAGES_ADDED, group_id, actor, session_id, messages=receipt.accepted)
+        with self.events.adding(group_id, [session_id]):  # announced before a formation of them is
+            with self._gate.shared(group_id):
+                receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
+            if receipt.accepted:
+                self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
+                self._announce(ChangeType.MESSAGES_ADDED, group_id, actor, session_id, messages=receipt.accepted)
         if self._worker is not None and receipt.accepted:
             self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
@@ -194,10 +195,11 @@ class MemoryService(LogReads, Upkeep):
     def ingest_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> list[Episode]:
         """Several sessions of one group at once: their messages stored in one write while they are
         embedded in one call, then formed in one batch."""
-        with self._gate.shared(group_id):
+        with self.events.adding(group_id, sessions), self._gate.shared(group_id):
             embedded = self._ingestor.intake.store_and_embed(group_id, sessions)
-        for session_id, added in sessions.items():
-            self._announce(ChangeType.MESSAGES_ADDED, group_id, LOCAL_ACTOR, session_id, messages=[m.id for m in added])
+            for session_id, added in sessions.items():
+                ids = [m.id for m in added]
+                self._announce(ChangeType.MESSAGES_ADDED, group_id, LOCAL_ACTOR, session_id, messages=ids)
         return self._ingestor.form([(group_id, s) for s in sessions], close_tail=True, embedded=embedded)
 
     def wait_idle(self, timeout: float | None = None) -> bool:

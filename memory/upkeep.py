@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from memory.errors import ConflictError, InvalidInputError, NotFoundError, StoreUnavailableError
-from memory.events import ChangeType, EventPublisher, change
+from memory.events import ChangeType, SessionOrder, change
 from memory.lifecycle.audit import AuditAction, AuditTrail
 from memory.lifecycle.backup import BackupSummary, BackupWriter, check_backup, read_parts
 from memory.lifecycle.retention import Retention, RetentionPolicy, RetentionReceipt, StoredPolicy
@@ -54,7 +54,7 @@ class RestoreReceipt(BaseModel):
 class Upkeep:
     store: Store
     audit: AuditTrail
-    events: EventPublisher
+    events: SessionOrder
     retention: Retention
     _ingestor: Ingestor
     _worker: FormationWorker | None

@@ -7,6 +7,7 @@ event once; loopback and private hosts need the allow-list; the secret is never 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from helpers.webhook_receiver import WebhookReceiver
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError
-from memory.events import MAX_IDS, ChangeType, change
+from memory.events import MAX_IDS, ChangeEvent, ChangeType, SessionOrder, change
 from memory.timeutil import parse_timestamp, to_epoch
 from memory.webhooks.delivery import Delivery
 from memory.webhooks.subscriptions import HostPolicy
@@ -269,3 +270,36 @@ def test_a_big_change_is_sent_in_parts() -> None:
     events = change(ChangeType.RETENTION_SWEPT, "g", actor="x", messages=[f"m{i}" for i in range(MAX_IDS * 2 + 1)])
     assert [(e.part, e.parts, len(e.ids.messages)) for e in events] == [(1, 3, MAX_IDS), (2, 3, MAX_IDS), (3, 3, 1)]
     assert [e.id for e in events] == sorted(e.id for e in events)
+
+
+class Recording:
+    def __init__(self) -> None:
+        self.events: list[ChangeEvent] = []
+
+    def publish(self, events: list[ChangeEvent]) -> None:
+        self.events += events
+
+
+def test_a_formation_waits_for_the_adds_still_announcing_their_messages() -> None:
+    """Formation does not wait for adds, so it may form messages whose add has not published its event yet:
+    the formation's event waits for it, and the session's events keep the order of its changes."""
+    recording = Recording()
+    order = SessionOrder(recording)
+    formed = change(ChangeType.EPISODES_FORMED, "g", actor="formation", session_id="s", episodes=["e1"])
+    with order.adding("g", ["s"]):
+        added = change(ChangeType.MESSAGES_ADDED, "g", actor="app", session_id="s", messages=["m1"])
+        formation = threading.Thread(target=order.publish, args=(formed,))
+        formation.start()
+        deadline = time.monotonic() + 60
+        while order.waiting == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert recording.events == []  # held back
+        order.publish(change(ChangeType.EPISODES_FORMED, "g", actor="formation", session_id="other"))  # not held
+        order.publish(added)
+    formation.join()
+    assert [(e.type, e.session_id) for e in recording.events] == [
+        (ChangeType.EPISODES_FORMED, "other"),
+        (ChangeType.MESSAGES_ADDED, "s"),
+        (ChangeType.EPISODES_FORMED, "s"),
+    ]
