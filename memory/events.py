@@ -73,12 +73,19 @@ class ChangeEvent(BaseModel):
 class EventPublisher(Protocol):
     def publish(self, events: Sequence[ChangeEvent]) -> None: ...
 
+    def wants(self, group_id: str) -> bool:
+        """Whether anyone listens to the group's events (when nobody does, order needs no waiting)."""
+        ...
+
 
 class NoEvents:
     """No listener: nothing is published."""
 
     def publish(self, events: Sequence[ChangeEvent]) -> None:
         return None
+
+    def wants(self, group_id: str) -> bool:
+        return False
 
 
 NO_EVENTS = NoEvents()
@@ -118,7 +125,8 @@ class SessionOrder:
                 self._changed.notify_all()
 
     def publish(self, events: Sequence[ChangeEvent]) -> None:
-        keys = {(e.group_id, e.session_id) for e in events if e.type is ChangeType.EPISODES_FORMED and e.session_id}
+        formed = [(e.group_id, e.session_id) for e in events if e.type is ChangeType.EPISODES_FORMED and e.session_id]
+        keys = {(group, session) for group, session in formed if session and self.publisher.wants(group)}
         with self._changed:
             before = set().union(*(self._in_flight.get(key, set()) for key in keys)) if keys else set()
             if before:
@@ -128,6 +136,9 @@ class SessionOrder:
                 )
                 self.waiting -= 1
         self.publisher.publish(events)
+
+    def wants(self, group_id: str) -> bool:
+        return self.publisher.wants(group_id)
 
 
 _last = 0

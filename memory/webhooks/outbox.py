@@ -33,6 +33,12 @@ class Outbox:
         """Call ``listener()`` after events were kept (the delivery worker wakes up)."""
         self._listeners.append(listener)
 
+    def wants(self, group_id: str) -> bool:
+        try:
+            return bool(self._subscriptions.covering(group_id))
+        except EpimemError:  # the store is down: publish will say so
+            return True
+
     def publish(self, events: Sequence[ChangeEvent]) -> None:
         try:
             rows = [

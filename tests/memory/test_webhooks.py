@@ -279,6 +279,9 @@ class Recording:
     def publish(self, events: list[ChangeEvent]) -> None:
         self.events += events
 
+    def wants(self, group_id: str) -> bool:
+        return True
+
 
 def test_a_formation_waits_for_the_adds_still_announcing_their_messages() -> None:
     """Formation does not wait for adds, so it may form messages whose add has not published its event yet:
