@@ -75,7 +75,7 @@ FILE_COSTS = {
     "tests/memory/test_engine_restart.py": 75,
     "tests/api/test_import_integrity.py": 75,
     "tests/integration/test_scaleout.py": 70,
-    "tests/memory/test_webhooks.py": 150,  # measured alone here: ~60 s embedded, ~110 s with the server
+    "tests/memory/test_webhooks.py": 150,
     "tests/memory/test_retention.py": 150,
     "tests/memory/test_backup.py": 120,
     "tests/api/test_operations_http.py": 60,
