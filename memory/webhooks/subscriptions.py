@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from memory.errors import InvalidInputError, NotFoundError
-from memory.models import UtcDatetime
+from memory.models import UtcDatetime, ValidUnicode
 from memory.store.webhook_store import WebhookStore
 from memory.timeutil import utc_now
 
@@ -61,7 +61,7 @@ class Subscription(BaseModel):
         return json.dumps({**self.public(), "secret": self.secret.get_secret_value()}, ensure_ascii=False)
 
 
-class SubscriptionIn(BaseModel):
+class SubscriptionIn(ValidUnicode):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(min_length=1, max_length=2000)
