@@ -15,21 +15,25 @@ from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedd
 from memory.embedding.lazy import LazyEmbedder
 from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
 from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
-from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
+from memory.events import SessionOrder
+from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator, default_node_id
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor
 from memory.lifecycle.reembed import Reembedder
 from memory.lifecycle.reform import Reformer
+from memory.lifecycle.retention import Retention
 from memory.lifecycle.revisions import RevisionLog
 from memory.lifecycle.summaries import Summariser
+from memory.lifecycle.sweeper import RetentionSweeper
 from memory.lifecycle.transfer import Transfer
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.service import MemoryService
 from memory.store.connection import open_connection
 from memory.store.factory import Store, open_store
 from memory.store.folder_lock import release_folder
+from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
 from retrieval.overview import Overview
 from retrieval.search import Searcher
@@ -79,6 +83,9 @@ def _build(
     if generator is None:
         generator = build_generator(settings, client)
     policy = segmentation_policy(settings)
+    webhooks = build_webhooks(settings, store, background=background)
+    closers.callback(webhooks.close)
+    events = SessionOrder(webhooks.outbox)  # every change, each session's in order, to the webhook outbox
     segmenter, segmenter_stats = build_segmenter(settings, policy, client)
     ingestor = Ingestor(
         log=store.log,
@@ -91,6 +98,7 @@ def _build(
         coordinator=build_coordinator(settings, store, closers),
         generation_concurrency=settings.llm_concurrency if client is not None else 1,
         idle=timedelta(seconds=settings.idle_seconds),
+        events=events,
     )
     summariser = Summariser(
         log=store.log, vectors=store.vectors, embedder=embedder, generator=generator if client is not None else None
@@ -100,14 +108,13 @@ def _build(
     llm_components: dict[str, Reporting[LLMCallStats]] = {"generator": generator}  # offline: all zero
     if segmenter_stats is not None:
         llm_components["segmenter"] = segmenter_stats
+    deleter = Deleter(log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer)
     memory = MemoryService(
         store=store,
         generator=generator,
         ingestor=ingestor,
         summariser=summariser,
-        deleter=Deleter(
-            log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer
-        ),
+        deleter=deleter,
         editor=Editor(
             log=store.log,
             vectors=store.vectors,
@@ -118,13 +125,24 @@ def _build(
         ),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
         transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),
+        retention=Retention(
+            log=store.log, vectors=store.vectors, admin=store.admin, deleter=deleter, summariser=summariser
+        ),
         worker=FormationWorker(ingestor, scan_interval_s=scan_interval(settings), idle_s=settings.idle_seconds)
         if background
         else None,
         llm_components=llm_components,
         closers=[closers.close],
+        events=events,
     )
-    return read_side(settings, memory, embedder)
+    if background and settings.retention_sweep_interval_s > 0:
+        sweeper = RetentionSweeper(
+            groups=memory.groups_with_retention,
+            sweep=memory.sweep_retention,
+            interval_s=settings.retention_sweep_interval_s,
+        )
+        closers.callback(sweeper.close)
+    return read_side(settings, memory, embedder, webhooks)
 
 
 @dataclass(frozen=True)
@@ -137,9 +155,10 @@ class ServiceParts:
     searcher: Searcher
     context_builder: ContextBuilder
     overview: Overview
+    webhooks: Webhooks
 
 
-def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedder) -> ServiceParts:
+def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedder, webhooks: Webhooks) -> ServiceParts:
     """The read path over the memory service (its caches told of every change)."""
     store = memory.store
     searcher = Searcher(vectors=store.vectors, log=store.log, embedder=embedder)
@@ -152,6 +171,7 @@ def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedd
         searcher=searcher,
         context_builder=ContextBuilder(searcher=searcher, count_wordpieces=wordpieces),
         overview=Overview(log=store.log, vectors=store.vectors),
+        webhooks=webhooks,
     )
 
 
@@ -260,3 +280,16 @@ def scan_interval(settings: Settings) -> float:
     if settings.formation_scan_interval_s is not None:
         return settings.formation_scan_interval_s
     return 60.0 if settings.chroma_host else 0.0
+
+
+def build_webhooks(settings: Settings, store: Store, *, background: bool) -> Webhooks:
+    """Subscriptions and the outbox; the delivery worker only on a server that delivers (``background``)."""
+    return Webhooks(
+        store.webhooks,
+        allow_hosts=settings.webhook_hosts,
+        node_id=settings.node_id or default_node_id(),
+        poll_s=settings.webhook_poll_s if background else 0.0,
+        timeout_s=settings.webhook_timeout_s,
+        max_age_s=settings.webhook_max_age_hours * 3600,
+        lease_ttl_s=settings.lease_ttl_s,
+    )

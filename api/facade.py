@@ -18,6 +18,7 @@ from typing import Any
 
 from api.composition import build_service
 from api.corrections import Corrections
+from api.operations import Operations
 from api.settings import Settings
 from memory import tracing
 from memory.embedding.embedder import ServiceEmbedder
@@ -33,6 +34,7 @@ from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
 from memory.tracing import memory_operation
+from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
 from retrieval.filters import passing_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
@@ -62,7 +64,7 @@ def _session_scope(group_id: str, session_id: str | None) -> None:
     _scope_ids(group_id, *([session_id] if session_id is not None else []))
 
 
-class Epimem(Corrections):
+class Epimem(Corrections, Operations):
     """Everything epimem does, in process. Thread-safe."""
 
     def __init__(
@@ -74,6 +76,7 @@ class Epimem(Corrections):
         searcher: Searcher,
         context_builder: ContextBuilder,
         overview: Overview,
+        webhooks: Webhooks,
     ) -> None:
         self.settings = settings
         self.memory = memory
@@ -81,6 +84,7 @@ class Epimem(Corrections):
         self.searcher = searcher
         self.context_builder = context_builder
         self._overview = overview
+        self.webhooks = webhooks
 
     @classmethod
     def from_settings(
@@ -267,11 +271,11 @@ class Epimem(Corrections):
         return self.memory.delete_session(group_id, session_id, actor=actor)
 
     @memory_operation("delete_memory_store", tracing.on_group)
-    def delete_group(self, group_id: str) -> DeletionReceipt:
+    def delete_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """Everything of the group, in every collection. Idempotent; see memory.service for what
         happens to adds that run at the same time."""
         _scope_ids(group_id)
-        return self.memory.delete_group(group_id)
+        return self.memory.delete_group(group_id, actor=actor)
 
     @memory_operation("delete_memory", tracing.on_message, tracing.removed)
     def delete_message(

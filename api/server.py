@@ -27,6 +27,7 @@ from api.http.home import home
 from api.http.keys import keys_router
 from api.http.metrics import Metrics
 from api.http.middleware import RequestMiddleware
+from api.http.operations import operations
 from api.http.routes import ops, v1
 from api.http.telemetry import setup_tracing
 from api.mcp.http import mount_mcp
@@ -108,6 +109,9 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
             {"name": "sessions", "description": "session metadata"},
             {"name": "summaries", "description": "compaction of many episodes"},
             {"name": "export", "description": "a group as JSON Lines, and back"},
+            {"name": "retention", "description": "how long a group keeps its messages; sweeps with receipts"},
+            {"name": "webhooks", "description": "signed change events to subscribed URLs (admin of every group)"},
+            {"name": "backups", "description": "the server (or a group) in one file while it serves, and back"},
             {"name": "operations", "description": "health, readiness, metrics"},
             {"name": "keys", "description": "API keys and their limits, managed live (an admin of every group)"},
         ],
@@ -125,6 +129,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.include_router(v1)
     app.include_router(corrections)
     app.include_router(keys_router)
+    app.include_router(operations)  # retention, webhooks, backups
     app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
     mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem-server[mcp])

@@ -158,6 +158,35 @@ class Settings(BaseSettings):
     max_messages_per_batch: int = Field(default=1000, ge=1)
     max_message_chars: int = Field(default=50_000, ge=1)
 
+    # Operating many tenants: retention sweeps, change events to webhooks.
+    retention_sweep_interval_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="Seconds between background sweeps of the groups that have a retention policy (the first at "
+        "start); 0 = no background sweeps (POST .../retention/sweep still sweeps on demand).",
+    )
+    webhook_allow_hosts: str = Field(
+        default="",
+        description="Comma-separated host names or addresses that webhook URLs may name although they are "
+        "loopback or private (e.g. '127.0.0.1,hooks.internal'); any other such host is refused.",
+    )
+    webhook_poll_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="How often this server looks for change events to deliver (at once after a change it made); "
+        "0 = this server delivers none (another server of the deployment does).",
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300, description="A delivery gives up after this long.")
+    webhook_max_age_hours: float = Field(
+        default=72.0,
+        gt=0,
+        description="An event still undelivered this long after its change is dropped (the delivery log says so).",
+    )
+
+    @property
+    def webhook_hosts(self) -> list[str]:
+        return [host.strip() for host in self.webhook_allow_hosts.split(",") if host.strip()]
+
     @property
     def llm_configured(self) -> bool:
         return bool(self.llm_base_url or self.llm_api_key)

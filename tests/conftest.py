@@ -79,6 +79,10 @@ FILE_COSTS = {
     "tests/memory/test_engine_restart.py": 75,
     "tests/api/test_import_integrity.py": 75,
     "tests/integration/test_scaleout.py": 70,
+    "tests/memory/test_webhooks.py": 150,
+    "tests/memory/test_retention.py": 150,
+    "tests/memory/test_backup.py": 120,
+    "tests/api/test_operations_http.py": 60,
 }
 DEFAULT_COST = 40
 

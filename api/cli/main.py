@@ -18,6 +18,7 @@ import typer
 import typer.core
 from rich.table import Table
 
+from api.cli.backups import register as register_backups
 from api.cli.common import (
     AsJson,
     DataDir,
@@ -39,6 +40,7 @@ from api.cli.files import note_when_empty
 from api.cli.imports import register as register_import
 from api.cli.keys import register as register_keys
 from api.cli.mcp import register as register_mcp
+from api.cli.operations import register as register_operations
 from api.cli.segment import register as register_segment
 from api.cli.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
 from api.settings import Settings
@@ -321,3 +323,5 @@ def reembed(
 
 for _register in (register_import, register_mcp, register_erase, register_segment, register_corrections, register_keys):
     _register(app)
+register_backups(app)
+register_operations(app)

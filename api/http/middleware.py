@@ -28,8 +28,9 @@ access_log = logging.getLogger("epimem.access")
 log = logging.getLogger("epimem.api")
 
 
-# An import takes back whatever an export wrote: its body streams to the route under its own cap.
-IMPORT_PATH = re.compile(r"^/v1/groups/[^/]+/import/?$")
+# An import takes back whatever an export wrote, a restore what a backup wrote: their bodies stream to the
+# route under their own cap.
+IMPORT_PATH = re.compile(r"^/v1/(groups/[^/]+/import|restore)/?$")
 
 
 class _TooLarge(Exception):

@@ -261,9 +261,9 @@ def get_group(group_id: GroupId, service: ServiceDep) -> GroupConfiguration:
     return service.get_group(group_id)
 
 
-@v1.delete(GROUP, tags=["groups"], dependencies=[ADMIN], summary="Delete a group and everything in it")
-def delete_group(group_id: GroupId, service: ServiceDep) -> DeletionReceipt:
-    return service.delete_group(group_id)
+@v1.delete(GROUP, tags=["groups"], summary="Delete a group and everything in it")
+def delete_group(group_id: GroupId, service: ServiceDep, who: Annotated[Principal, ADMIN]) -> DeletionReceipt:
+    return service.delete_group(group_id, actor=who.actor)
 
 
 @v1.get(GROUP + "/sessions", tags=["sessions"], dependencies=[READ], summary="The sessions of a group")

@@ -31,6 +31,7 @@ from memory.episodes.generation import (
     generate_episodes,
 )
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
+from memory.events import FORMATION_ACTOR, NO_EVENTS, ChangeType, EventPublisher, change
 from memory.ingest.batches import resumed_jobs
 from memory.ingest.coordination import Coordinator, LocalCoordinator
 from memory.ingest.intake import Embedded, Intake
@@ -62,8 +63,10 @@ class Ingestor:
         coordinator: Coordinator | None = None,
         generation_concurrency: int = 1,
         idle: timedelta = timedelta(minutes=30),
+        events: EventPublisher = NO_EVENTS,
     ) -> None:
         self._log = log
+        self._events = events  # told of every episode formed (memory.events)
         self._vectors = vectors
         self._embedder = embedder
         self._generator = generator
@@ -129,7 +132,26 @@ class Ingestor:
                     forming[stored.group_id].append(stored)
             if forming:
                 writer.submit(lambda: self._write_plans(forming))
-            return self._execute(jobs, message_vectors, writer) if jobs else []
+            formed = self._execute(jobs, message_vectors, writer) if jobs else []
+            self._announce(formed)  # inside the sessions' locks: a session's events keep their order
+            return formed
+
+    def _announce(self, formed: Sequence[Episode]) -> None:
+        by_session: dict[tuple[str, str], list[Episode]] = defaultdict(list)
+        for episode in formed:
+            by_session[(episode.group_id, episode.session_id)].append(episode)
+        for (group_id, session_id), episodes in by_session.items():
+            sources = [m for e in episodes for m in e.source_message_ids]
+            self._events.publish(
+                change(
+                    ChangeType.EPISODES_FORMED,
+                    group_id,
+                    actor=FORMATION_ACTOR,
+                    session_id=session_id,
+                    episodes=[e.uuid for e in episodes],
+                    messages=sources,
+                )
+            )
 
     def _plan(
         self,

@@ -57,15 +57,33 @@ class Deleter:
     ) -> DeletionReceipt:
         if message_id not in self._log.get_messages(group_id, session_id, [message_id]):
             raise NotFoundError("no such message in this session")
-        built_from = [e for e in self._session_episodes(group_id, session_id) if message_id in e.source_message_ids]
-        receipt = self._delete_messages(group_id, session_id, [message_id])
+        return self.delete_messages(group_id, session_id, [message_id], before_erase=before_erase)
+
+    def delete_messages(
+        self,
+        group_id: str,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        before_erase: BeforeErase | None = None,
+        erase: bool = True,
+    ) -> DeletionReceipt:
+        """Messages of one session (ids not stored are skipped) as ``delete_message`` deletes one: each
+        episode built from them is regenerated once from what remains, or deleted. ``erase`` false: the
+        caller erases (one erasure after several sessions, memory.lifecycle.retention)."""
+        stored = self._log.get_messages(group_id, session_id, list(message_ids))
+        gone = [m for m in dict.fromkeys(message_ids) if m in stored]
+        built_from = [e for e in self._session_episodes(group_id, session_id) if set(gone) & set(e.source_message_ids)]
+        receipt = self._delete_messages(group_id, session_id, gone)
         changed: set[str] = set()
         for episode in built_from:
-            remaining = [m for m in episode.source_message_ids if m != message_id]
-            stored = self._log.get_messages(group_id, session_id, remaining)
-            messages = sorted((stored[m].message for m in remaining if m in stored), key=lambda m: m.timestamp)
+            remaining = [m for m in episode.source_message_ids if m not in stored]
+            kept = self._log.get_messages(group_id, session_id, remaining)
+            messages = sorted((kept[m].message for m in remaining if m in kept), key=lambda m: m.timestamp)
             if messages:
-                reason = f"source message {message_id} deleted"
+                reason = (
+                    f"source message {gone[0]} deleted" if len(gone) == 1 else f"{len(gone)} source messages deleted"
+                )
                 self._reformer.reform(episode, messages, kind=RevisionKind.REFORMED, reason=reason)
                 receipt.repaired.append(episode.uuid)
             else:
@@ -76,7 +94,8 @@ class Deleter:
         receipt.merge(self._repair_summaries(group_id, changed))
         if before_erase is not None:
             before_erase(receipt)
-        self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
+        if erase:
+            self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
 
     def delete_episode(

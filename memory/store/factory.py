@@ -8,10 +8,12 @@ from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
 from memory.store.keys import KeyStore
+from memory.store.dump import StoreDump
 from memory.store.log import LogStore
 from memory.store.snapshots import SnapshotCache
 from memory.store.usage import UsageStore
 from memory.store.vectors import VectorStore
+from memory.store.webhook_store import WebhookStore
 
 
 @dataclass(frozen=True)
@@ -21,6 +23,8 @@ class Store:
     admin: StoreAdmin
     keys: KeyStore  # the deployment's API keys and group limits
     usage: UsageStore  # usage counters shared by its servers
+    dump: StoreDump  # collections read and written whole (backups)
+    webhooks: WebhookStore  # subscriptions, outbox, delivery log and leases of change events
 
     @property
     def model_id(self) -> str:
@@ -42,4 +46,6 @@ def open_store(connection: ChromaConnection, *, model_id: str, persist: bool = F
         admin=StoreAdmin(collections),
         keys=KeyStore(collections),
         usage=UsageStore(collections),
+        dump=StoreDump(collections),
+        webhooks=WebhookStore(collections),
     )

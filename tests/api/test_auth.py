@@ -67,15 +67,28 @@ def app_routes() -> list[tuple[str, str, str]]:
     return found
 
 
+# Routes about every group or the whole deployment: an admin key for '*' only (metrics, keys, limits, usage,
+# webhooks, backups and restores).
+SERVER_WIDE = {
+    "/metrics",
+    "/v1/webhooks",
+    "/v1/webhooks/{subscription_id}",
+    "/v1/webhooks/{subscription_id}/deliveries",
+    "/v1/backup",
+    "/v1/restore",
+}
+
+
 def server_wide(path: str) -> bool:
-    """Routes about every group or the whole deployment (metrics, keys, limits): an admin key for '*' only."""
-    return path == "/metrics" or path.startswith(("/v1/keys", "/v1/usage")) or path.endswith("/limits")
+    return path in SERVER_WIDE or path.startswith(("/v1/keys", "/v1/usage")) or path.endswith("/limits")
 
 
 def required_role(method: str, path: str) -> str:
-    """The documented role table (README): deletes, redaction, audit, export, usage, metrics and keys need
-    admin; writes (corrections too) need write."""
-    if method == "DELETE" or path.endswith(("/export", "/redact", "/audit", "/usage")) or server_wide(path):
+    """The documented role table (README): deletes, redaction, audit, export, usage, changing retention or sweeping,
+    and what is about every group need admin; writes (corrections too) need write."""
+    if method == "DELETE" or path.endswith(("/export", "/redact", "/audit", "/usage", "/sweep")) or server_wide(path):
+        return "admin"
+    if method == "PUT" and path.endswith("/retention"):
         return "admin"
     if method in ("POST", "PUT", "PATCH") and not path.endswith(("/search", "/context")):
         return "write"
@@ -94,6 +107,7 @@ def url(path: str, group_id: str) -> str:
         "episode_id": "e1",
         "message_id": "m1",
         "key_id": "key-0123456789ab",
+        "subscription_id": "ab12",
     }
     return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
 
@@ -130,7 +144,7 @@ def test_the_route_table_is_what_the_readme_documents() -> None:
     # groups is listed).
     unscoped = {r[1] for r in PROTECTED if "{group_id}" not in r[1]}
     assert {path for path in unscoped if not server_wide(path)} == {"/v1/groups", "/v1/auth/whoami"}
-    assert {"/metrics", "/v1/keys", "/v1/keys/{key_id}", "/v1/usage"} <= unscoped
+    assert {"/metrics", "/v1/keys", "/v1/keys/{key_id}", "/v1/usage"} | SERVER_WIDE <= unscoped
 
 
 @pytest.mark.parametrize(("method", "path", "role"), PROTECTED, ids=[f"{m} {p}" for m, p, _ in PROTECTED])

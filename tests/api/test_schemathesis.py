@@ -33,6 +33,11 @@ def _ndjson(ctx: object, value: object) -> bytes:
     return value.encode() if isinstance(value, str) else str(value).encode()
 
 
+@schemathesis.serializer("application/gzip")  # a restore's body: whatever bytes, refused unless a backup
+def _gzip(ctx: object, value: object) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Iterator[object]:
     data: Path = tmp_path_factory.mktemp("schemathesis")

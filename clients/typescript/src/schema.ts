@@ -437,10 +437,178 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Messages added today by every key and group */
+        /**
+         * Messages added today by every key and group
+         * @description Groups by their ids: the counters know a group by its hash, matched here with the groups that exist.
+         */
         get: operations["usage_v1_usage_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The group's retention */
+        get: operations["get_retention_v1_groups__group_id__retention_get"];
+        /**
+         * Set the group's retention
+         * @description Messages older than `max_age_days` (by their own timestamps, or by arrival with `"by": "arrival"`)
+         *     are erased by the next sweep, with what was made from them, as a delete erases them.
+         */
+        put: operations["put_group_retention_v1_groups__group_id__retention_put"];
+        post?: never;
+        /** Clear the group's retention */
+        delete: operations["clear_group_retention_v1_groups__group_id__retention_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/sessions/{session_id}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a session's own retention
+         * @description It replaces the group's policy for this session.
+         */
+        put: operations["put_session_retention_v1_groups__group_id__sessions__session_id__retention_put"];
+        post?: never;
+        /** Clear a session's own retention */
+        delete: operations["clear_session_retention_v1_groups__group_id__sessions__session_id__retention_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/retention/sweep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sweep now (or preview with dry_run)
+         * @description Erases what the policies say is too old, now, with the guarantees of a delete (gone from every
+         *     answer; on embedded Chroma, from the data folder before the answer); the receipt lists the ids and
+         *     counts, and the audit trail records the sweep.
+         */
+        post: operations["sweep_v1_groups__group_id__retention_sweep_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Webhook subscriptions */
+        get: operations["list_webhooks_v1_webhooks_get"];
+        put?: never;
+        /**
+         * Subscribe a URL to the change events of groups
+         * @description Every change of the groups' memory is POSTed to `url` as JSON (ids, never content), signed in
+         *     `X-Epimem-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" with secret>`. Loopback and
+         *     private hosts are refused unless `EPIMEM_WEBHOOK_ALLOW_HOSTS` names them. The secret is never shown again.
+         */
+        post: operations["create_webhook_v1_webhooks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{subscription_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove a subscription (and its undelivered events) */
+        delete: operations["delete_webhook_v1_webhooks__subscription_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{subscription_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The last delivery attempts of a subscription */
+        get: operations["deliveries_v1_webhooks__subscription_id__deliveries_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/backup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A backup of the whole server (or one group), while it takes writes
+         * @description One file (gzip JSON Lines, checksummed): each group read at one moment, with every change that
+         *     returned before it and none that began after. Restore it with `POST /v1/restore` or `epimem restore`.
+         */
+        get: operations["backup_v1_backup_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restore a backup into this server (which must hold none of its groups)
+         * @description The body streams to a temporary file (up to `max_import_bytes`), which is checked whole (format,
+         *     version, checksum, embedding model) before anything is written.
+         */
+        post: operations["restore_v1_restore_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -616,10 +784,42 @@ export interface components {
             pending: number;
         };
         /**
+         * AgeBasis
+         * @enum {string}
+         */
+        AgeBasis: "timestamp" | "arrival";
+        /** Attempt */
+        Attempt: {
+            /** At */
+            at: string;
+            /** Event Id */
+            event_id: string;
+            /** Event Type */
+            event_type: string;
+            /** Session Id */
+            session_id: string | null;
+            /** Outcome */
+            outcome: string;
+            /** Status Code */
+            status_code?: number | null;
+            /** Error */
+            error?: string | null;
+            /**
+             * Failures
+             * @default 0
+             */
+            failures?: number;
+            /**
+             * Duration Ms
+             * @default 0
+             */
+            duration_ms?: number;
+        };
+        /**
          * AuditAction
          * @enum {string}
          */
-        AuditAction: "add" | "flush" | "correct" | "redact" | "delete_message" | "delete_episode" | "delete_session" | "import" | "summarise" | "reembed";
+        AuditAction: "add" | "flush" | "correct" | "redact" | "delete_message" | "delete_episode" | "delete_session" | "import" | "summarise" | "reembed" | "retention_sweep";
         /** AuditEntry */
         AuditEntry: {
             /**
@@ -686,6 +886,14 @@ export interface components {
              * @default false
              */
             pending?: boolean;
+        };
+        /** Cleared */
+        Cleared: {
+            /**
+             * Cleared
+             * @description false when there was no policy to clear
+             */
+            cleared: boolean;
         };
         /**
          * ContentType
@@ -800,6 +1008,26 @@ export interface components {
              * @description in-memory caches cleared
              */
             caches?: string[];
+        };
+        /** DeliveryLog */
+        DeliveryLog: {
+            /**
+             * Subscription
+             * @description the subscription (without its secret)
+             */
+            subscription: {
+                [key: string]: unknown;
+            };
+            /**
+             * Pending
+             * @description events waiting for delivery
+             */
+            pending: number;
+            /**
+             * Attempts
+             * @description the last attempts, newest first
+             */
+            attempts: components["schemas"]["Attempt"][];
         };
         /**
          * Direction
@@ -1486,6 +1714,106 @@ export interface components {
              */
             caches?: string[];
         };
+        /** RestoreReceipt */
+        RestoreReceipt: {
+            /**
+             * Groups
+             * @description groups restored
+             */
+            groups: string[];
+            /** Collections */
+            collections: number;
+            /** Records */
+            records: number;
+            /** Backup Created At */
+            backup_created_at: string;
+            /**
+             * Sha256
+             * @description the backup's checksum (checked before anything was written)
+             */
+            sha256: string;
+            /**
+             * Inexact Vectors
+             * @description vectors that do not read back exactly as backed up (0 expected)
+             */
+            inexact_vectors: number;
+        };
+        /**
+         * RetentionPolicies
+         * @description A group's retention: its own policy, its sessions' own ones.
+         */
+        RetentionPolicies: {
+            /** Group Id */
+            group_id: string;
+            /** @description the group's policy (None: none) */
+            group: components["schemas"]["StoredPolicy"] | null;
+            /**
+             * Sessions
+             * @description sessions with a policy of their own (it replaces the group's)
+             */
+            sessions: components["schemas"]["StoredPolicy"][];
+        };
+        /** RetentionPolicy */
+        RetentionPolicy: {
+            /**
+             * Max Age Days
+             * @description messages older than this are erased
+             */
+            max_age_days: number;
+            /**
+             * @description age by the messages' timestamps, or by arrival
+             * @default timestamp
+             */
+            by?: components["schemas"]["AgeBasis"];
+        };
+        /**
+         * RetentionReceipt
+         * @description What a sweep erased (or, in a dry run, would erase): ids and counts, never content.
+         */
+        RetentionReceipt: {
+            /** Group Id */
+            group_id: string;
+            /** Dry Run */
+            dry_run: boolean;
+            /**
+             * Swept At
+             * Format: date-time
+             * @description the moment the policies' ages were measured from
+             */
+            swept_at: string;
+            /**
+             * Sessions
+             * @description sessions that lost messages
+             */
+            sessions?: string[];
+            /**
+             * Messages
+             * @description messages erased
+             */
+            messages?: string[];
+            /**
+             * Episodes
+             * @description episodes erased (every source message expired)
+             */
+            episodes?: string[];
+            /**
+             * Summaries
+             * @description summaries erased
+             */
+            summaries?: string[];
+            /**
+             * Repaired
+             * @description episodes and summaries rebuilt from what remains
+             */
+            repaired?: string[];
+            /**
+             * Counts
+             * @description how many of each
+             */
+            counts?: {
+                [key: string]: number;
+            };
+        };
         /** Revision */
         Revision: {
             /**
@@ -1750,6 +2078,43 @@ export interface components {
              */
             sessions: components["schemas"]["SessionInfo"][];
         };
+        /** StoredPolicy */
+        StoredPolicy: {
+            /**
+             * Max Age Days
+             * @description messages older than this are erased
+             */
+            max_age_days: number;
+            /**
+             * @description age by the messages' timestamps, or by arrival
+             * @default timestamp
+             */
+            by?: components["schemas"]["AgeBasis"];
+            /**
+             * Session Id
+             * @description None: the group's policy
+             */
+            session_id?: string | null;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /** SubscriptionIn */
+        SubscriptionIn: {
+            /** Url */
+            url: string;
+            /**
+             * Secret
+             * @description signs every delivery; at least 16 characters
+             */
+            secret: string;
+            /** Groups */
+            groups: string[];
+            /** Description */
+            description?: string | null;
+        };
         /**
          * SummariesIn
          * @example {
@@ -1810,6 +2175,26 @@ export interface components {
             id: string;
             /** Messages Today */
             messages_today: number;
+        };
+        /** WebhookOut */
+        WebhookOut: {
+            /** Id */
+            id: string;
+            /** Url */
+            url: string;
+            /** Groups */
+            groups: string[];
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Description */
+            description?: string | null;
+        };
+        /** WebhooksOut */
+        WebhooksOut: {
+            /** Webhooks */
+            webhooks: components["schemas"]["WebhookOut"][];
         };
         /** WhoAmI */
         WhoAmI: {
@@ -5133,6 +5518,1161 @@ export interface operations {
             };
             /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
             429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_retention_v1_groups__group_id__retention_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionPolicies"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_group_retention_v1_groups__group_id__retention_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetentionPolicy"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredPolicy"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    clear_group_retention_v1_groups__group_id__retention_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cleared"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_session_retention_v1_groups__group_id__sessions__session_id__retention_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetentionPolicy"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredPolicy"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    clear_session_retention_v1_groups__group_id__sessions__session_id__retention_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cleared"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    sweep_v1_groups__group_id__retention_sweep_post: {
+        parameters: {
+            query?: {
+                /** @description list what would be erased, change nothing */
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionReceipt"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_webhooks_v1_webhooks_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhooksOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_webhook_v1_webhooks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscriptionIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_webhook_v1_webhooks__subscription_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description its id */
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deliveries_v1_webhooks__subscription_id__deliveries_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description its id */
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryLog"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    backup_v1_backup_get: {
+        parameters: {
+            query?: {
+                /** @description only this group */
+                group?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/gzip": string;
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    restore_v1_restore_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description a backup file as GET /v1/backup wrote it (gzip bytes) */
+        requestBody: {
+            content: {
+                "application/gzip": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RestoreReceipt"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
