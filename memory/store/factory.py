@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
-from memory.store.keys import KeyStore
 from memory.store.dump import StoreDump
+from memory.store.keys import KeyStore
 from memory.store.log import LogStore
 from memory.store.snapshots import SnapshotCache
 from memory.store.usage import UsageStore
