@@ -124,7 +124,12 @@ def test_every_change_arrives_signed_in_order_with_ids_not_content(
         assert by_type["session.deleted"]["ids"]["sessions"] == ["s2"]
         assert by_type["group.deleted"]["group_id"] == f"{group_id}-copy"
 
+        # The receiver answers before the worker writes the outcome down: wait for the log to catch up.
+        deadline = time.monotonic() + 60
         log = service.webhook_deliveries(mine.id)
+        while log.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+            log = service.webhook_deliveries(mine.id)
         assert log.pending == 0 and len(log.attempts) == len(kinds)
         assert {a.outcome for a in log.attempts} == {"delivered"} and log.attempts[0].event_id == events[-1]["id"]
         assert "secret" not in log.subscription
