@@ -210,7 +210,7 @@ def test_mcp_add_then_search_and_context_without_flush(
         async with Client(streamable_http_client(url + "/mcp", http_client=http), read_timeout_seconds=180) as client:
             added = data(
                 await client.call_tool(
-                    "add_messages", {"group": group_id, "session": "chat-1", "messages": turns(REX, speaker="speaker")}
+                    "add_messages", {"group": group_id, "session": "chat-1", "messages": turns(REX)}
                 )
             )
             assert added["accepted"] == ["m0", "m1"] and added["episodes_created"] == []
