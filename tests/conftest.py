@@ -47,6 +47,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # the end. A file not listed costs DEFAULT_COST and keeps its place among those.
 FILE_COSTS = {
     "tests/memory/test_concurrency.py": 890,
+    "tests/integration/test_formation_reads.py": 600,
     "tests/integration/test_docs.py": 520,
     "tests/integration/test_notebooks.py": 400,
     "tests/memory/test_lifecycle.py": 390,
