@@ -20,11 +20,12 @@ from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor
+from memory.lifecycle.importing import Importer
 from memory.lifecycle.reembed import Reembedder
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionLog
 from memory.lifecycle.summaries import Summariser
-from memory.lifecycle.transfer import Transfer
+from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.service import MemoryService
 from memory.store.connection import open_connection
@@ -117,7 +118,10 @@ def _build(
             reformer=reformer,
         ),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
-        transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),
+        exporter=Exporter(log=store.log, vectors=store.vectors, model_id=store.model_id),
+        importer=Importer(
+            log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id, intake=ingestor.intake
+        ),
         worker=FormationWorker(ingestor, scan_interval_s=scan_interval(settings), idle_s=settings.idle_seconds)
         if background
         else None,

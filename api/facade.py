@@ -27,7 +27,16 @@ from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
-from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, SessionInfo, check_scope_id
+from memory.models import (
+    BoundaryReason,
+    Episode,
+    GroupConfiguration,
+    Message,
+    SessionInfo,
+    check_client_messages,
+    check_client_metadata,
+    check_scope_id,
+)
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
@@ -108,6 +117,7 @@ class Epimem(Corrections):
         _scope_ids(group_id, session_id)
         _not_reserved(session_id)
         parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        check_client_messages(parsed)
         return self.memory.add_messages(group_id, session_id, parsed, actor=actor)
 
     def flush(
@@ -131,6 +141,8 @@ class Epimem(Corrections):
         """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
         target = group_id or sample.sample_id
         _scope_ids(target)
+        for messages in sample.sessions.values():
+            check_client_messages(messages)
         return self.memory.ingest_sessions(target, sample.sessions)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -205,6 +217,7 @@ class Epimem(Corrections):
     # -- groups and sessions --------------------------------------------------------------------------
 
     def put_group(self, config: GroupConfiguration) -> GroupConfiguration:
+        check_client_metadata(config.metadata, "group metadata")
         self.memory.put_group(config)
         return config
 
@@ -221,6 +234,7 @@ class Epimem(Corrections):
 
     def put_session(self, info: SessionInfo) -> SessionInfo:
         _not_reserved(info.session_id)
+        check_client_metadata(info.metadata, "session metadata")
         self.memory.put_session(info)
         return info
 
@@ -318,13 +332,15 @@ class Epimem(Corrections):
         return self.memory.export_group(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
     ) -> ImportReceipt:
-        """Restore an export (into ``group_id``, default the exported group). The whole file is checked
-        before anything is written; embeddings of another model are rebuilt; importing twice is a no-op."""
+        """Import an export (into ``group_id``, default the exported group): it adds what the group lacks and
+        never changes what it holds (memory.lifecycle.importing). ``restore`` (in process: yes) lets it carry
+        what epimem made (episodes, summaries, revisions, embeddings); without it, sessions and messages only.
+        The whole file is checked before anything is written; importing twice is a no-op."""
         if group_id is not None:
             _scope_ids(group_id)
-        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor)
+        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor, restore=restore)
 
     def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
         """Rebuild the vectors of one group (or all) from the stored text with the configured model

@@ -30,10 +30,11 @@ from memory.lifecycle.audit import LOCAL_ACTOR, AuditAction, AuditPage, AuditTra
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor, EpisodeCorrection, Redaction
 from memory.lifecycle.export_format import ExportContents
+from memory.lifecycle.importing import Gates, Importer
 from memory.lifecycle.reembed import Progress, Reembedder, ReembedReport
 from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import Summariser
-from memory.lifecycle.transfer import Transfer
+from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
@@ -69,7 +70,8 @@ class MemoryService:
         summariser: Summariser,
         deleter: Deleter,
         reembedder: Reembedder,
-        transfer: Transfer,
+        exporter: Exporter,
+        importer: Importer,
         editor: Editor,
         worker: FormationWorker | None = None,
         llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
@@ -81,7 +83,8 @@ class MemoryService:
         self._summariser = summariser
         self._deleter = deleter
         self._reembedder = reembedder
-        self._transfer = transfer
+        self._exporter = exporter
+        self._importer = importer
         self._editor = editor
         self.audit = AuditTrail(store.log)
         self._worker = worker
@@ -103,12 +106,12 @@ class MemoryService:
 
     # -- locks and change notification ----------------------------------------------------------------
 
-    def _changed(self, group_id: str, receipt: DeletionReceipt | None = None) -> None:
+    def _changed(self, group_id: str, receipt: DeletionReceipt | RedactionReceipt | None = None) -> None:
         for cache, listener in self._listeners:
             listener(group_id)
             if receipt is not None:
                 receipt.caches.append(cache)
-        if receipt is not None and receipt.collections:
+        if isinstance(receipt, DeletionReceipt) and receipt.collections:
             receipt.caches.append("collection-handles")
 
     @contextmanager
@@ -149,6 +152,11 @@ class MemoryService:
             receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
         if receipt.accepted:
             self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
+        self._added(group_id, session_id, receipt)
+        return receipt
+
+    def _added(self, group_id: str, session_id: str, receipt: AddReceipt) -> None:
+        """What follows messages added to a session: its idle timer, and formation once enough are pending."""
         if self._worker is not None and receipt.accepted:
             self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
@@ -156,7 +164,6 @@ class MemoryService:
                 self._worker.submit(group_id, session_id)
             else:
                 self._ingestor.form_closed(group_id, session_id)
-        return receipt
 
     def flush(
         self,
@@ -308,17 +315,15 @@ class MemoryService:
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
         if not self.group_exists(group_id):
             raise NotFoundError("group not found")
-        return self._transfer.export(group_id, include_embeddings=include_embeddings)
+        return self._exporter.export(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
     ) -> ImportReceipt:
+        """Add what the file holds and the group lacks; ``restore``: it may carry what epimem made (importing)."""
         target = group_id or contents.group_id
-        with self._alone(target, contents.session_ids):
-            receipt = self._transfer.import_(contents, group_id=target)
-            self._ingestor.intake.index_unindexed(
-                target, contents.session_ids
-            )  # a file without pending messages' vectors
+        gates = Gates(alone=self._alone, shared=self._gate.shared, added=self._added)
+        receipt = self._importer.run(contents, target, restore=restore, gates=gates)
         self._changed(target)
         self.audit.record(target, AuditAction.IMPORT, actor, targets=contents.session_ids)
         return receipt
@@ -362,9 +367,7 @@ class MemoryService:
         with self._alone(group_id, [session_id]):
             receipt = self._editor.redact(group_id, session_id, message_id, redaction)
         if receipt.redacted:
-            for cache, listener in self._listeners:
-                listener(group_id)
-                receipt.caches.append(cache)
+            self._changed(group_id, receipt)
             targets = [message_id, *receipt.episodes]
             self.audit.record(group_id, AuditAction.REDACT, actor, session_id=session_id, targets=targets)
         return receipt
