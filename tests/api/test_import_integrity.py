@@ -1,6 +1,7 @@
 """Import cannot rewrite memory, and what export wrote, import takes back (issue 32.3, 32.7): against a
-real uvicorn server with API keys. An export whose episode was edited is refused (403 with a write key: episodes
-are a restore; 409 with an admin key for every group) and nothing changes; an unchanged re-import changes nothing; an export larger than the body cap of other requests
+real uvicorn server with API keys. An export whose episode was edited is refused (403 with a write key:
+episodes are a restore; 409 with an admin key for every group) and nothing changes; an unchanged re-import
+changes nothing; an export larger than the body cap of other requests
 imports back over HTTP (the body streams under its own cap) and through the CLI."""
 
 from __future__ import annotations

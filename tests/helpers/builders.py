@@ -57,8 +57,7 @@ def turns(
     """Scripted ``(speaker, text)`` lines as messages ``{prefix}0``, ``{prefix}1``, … one ``gap`` apart, each
     speaker its ``producer_id``."""
     return [
-        {"id": f"{prefix}{i}", "content": text, "producer_id": who, "timestamp": (start + gap * i).isoformat()}
-        | fields
+        {"id": f"{prefix}{i}", "content": text, "producer_id": who, "timestamp": (start + gap * i).isoformat()} | fields
         for i, (who, text) in enumerate(lines)
     ]
 

@@ -144,4 +144,5 @@ def test_search_and_context_never_miss_an_acknowledged_message_while_episodes_fo
     assert not [e for w in writers for e in w.errors]
     rounds = sum(w.rounds for w in writers)
     assert rounds >= 10, f"only {rounds} formations ran during the polls"
-    assert not misses, f"{len(misses)} of {polls} reads missed an acknowledged message ({rounds} formations): {misses[:5]}"
+    missed = f"{len(misses)} of {polls} reads missed an acknowledged message ({rounds} formations): {misses[:5]}"
+    assert not misses, missed
