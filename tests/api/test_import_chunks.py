@@ -26,7 +26,6 @@ from memory.lifecycle.importing import CHUNK
 ADMIN = "chunks-admin-all-0123456789"
 WRITER = "chunks-writer-0123456789ab"
 MARKER = "zqmarkerline"
-GROUP = "chunked"
 COUNT = 2 * CHUNK + CHUNK // 4  # three chunks of messages; the marker in the second
 
 
@@ -53,19 +52,19 @@ def header(group_id: str, model_id: str) -> dict[str, Any]:
     }
 
 
-def large_file(model_id: str) -> list[dict[str, Any]]:
+def large_file(group: str, model_id: str) -> list[dict[str, Any]]:
     """A session of ``COUNT`` pending messages and their vector lines (no embeddings: epimem embeds them)."""
-    records = [header(GROUP, model_id), {"type": "session", "session": {"group_id": GROUP, "session_id": "big"}}]
+    records = [header(group, model_id), {"type": "session", "session": {"group_id": group, "session_id": "big"}}]
     for i in range(COUNT):
         text = f"Line {i} of the long import about the harbour." + (f" {MARKER}" if i == CHUNK + CHUNK // 2 else "")
         message = {"id": f"b{i}", "content": text, "timestamp": (T0.replace(microsecond=i)).isoformat()}
-        records.append({"type": "message", "record": {"group_id": GROUP, "session_id": "big", "message": message}})
+        records.append({"type": "message", "record": {"group_id": group, "session_id": "big", "message": message}})
     records += [{"type": "message_vector", "session_id": "big", "message_id": f"b{i}"} for i in range(COUNT)]
     counts = {"sessions": 1, "messages": COUNT, "episodes": 0, "summaries": 0, "message_vectors": COUNT}
     return [*records, {"type": "end", "counts": counts}]
 
 
-def send(url: str, records: list[dict[str, Any]], key: str, group_id: str = GROUP) -> httpx.Response:
+def send(url: str, records: list[dict[str, Any]], key: str, group_id: str) -> httpx.Response:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     headers = {"authorization": f"Bearer {key}", "content-type": "application/x-ndjson"}
     return httpx.post(f"{url}/v1/groups/{group_id}/import", content=body, headers=headers, timeout=900)
@@ -74,20 +73,25 @@ def send(url: str, records: list[dict[str, Any]], key: str, group_id: str = GROU
 @pytest.mark.slow  # imports hundreds of messages twice per backend
 @pytest.mark.parametrize("key", [WRITER, ADMIN], ids=["conversation", "restore"])
 def test_an_add_to_the_group_completes_while_a_large_import_runs(
-    settings_for: Callable[..., Settings], embedder: SentenceTransformerEmbedder, tmp_path: Path, key: str
+    settings_for: Callable[..., Settings],
+    embedder: SentenceTransformerEmbedder,
+    tmp_path: Path,
+    key: str,
+    group_id: str,
 ) -> None:
+    group = group_id
     gated = GatedEmbedder(embedder, MARKER)
     service = Epimem.from_settings(settings_for(api_keys_file=keys_file(tmp_path)), background=False, embedder=gated)
     answers: dict[str, httpx.Response] = {}
     try:
         with AppServer(service) as server:
-            records = large_file(service.memory.store.model_id)
+            records = large_file(group, service.memory.store.model_id)
 
             def run_import() -> None:
-                answers["import"] = send(server.url, records, key)
+                answers["import"] = send(server.url, records, key, group)
 
             def run_add() -> None:
-                url = f"{server.url}/v1/groups/{GROUP}/sessions/live/messages"
+                url = f"{server.url}/v1/groups/{group}/sessions/live/messages"
                 body = {"messages": [{"id": "live-1", "content": "Said while the import ran.", "producer_id": "ana"}]}
                 answers["add"] = httpx.post(url, json=body, headers={"authorization": f"Bearer {WRITER}"}, timeout=600)
 
@@ -95,7 +99,7 @@ def test_an_add_to_the_group_completes_while_a_large_import_runs(
             importing.start()
             try:
                 assert gated.reached.wait(600), "the import never reached its second chunk"
-                assert service.memory.vector_count(GROUP) >= CHUNK, "the first chunk is written before the second"
+                assert service.memory.vector_count(group) >= CHUNK, "the first chunk is written before the second"
                 adding = threading.Thread(target=run_add)
                 adding.start()
                 adding.join(timeout=240)  # bounds a failure only: the add waits on nothing the import holds
@@ -107,9 +111,9 @@ def test_an_add_to_the_group_completes_while_a_large_import_runs(
             assert add_finished_first, "the add waited for the import"
             assert answers["add"].status_code == 200, answers["add"].text
             assert answers["import"].status_code == 200, answers["import"].text
-            assert len(service.memory.messages(GROUP, "big")) == COUNT
-            assert [m.id for m in service.memory.messages(GROUP, "live")] == ["live-1"]
-            hits = service.search(GROUP, MARKER, k=3)
+            assert len(service.memory.messages(group, "big")) == COUNT
+            assert [m.id for m in service.memory.messages(group, "live")] == ["live-1"]
+            hits = service.search(group, MARKER, k=3)
             assert any(f"b{CHUNK + CHUNK // 2}" in h.episode.source_message_ids for h in hits)
     finally:
         gated.release.set()
@@ -117,7 +121,7 @@ def test_an_add_to_the_group_completes_while_a_large_import_runs(
 
 
 def test_every_line_kind_has_a_bound_and_past_it_the_import_is_a_413(
-    make_service: Callable[..., Epimem], serve: Callable[..., AppServer], tmp_path: Path
+    make_service: Callable[..., Epimem], serve: Callable[..., AppServer], tmp_path: Path, group_id: str
 ) -> None:
     assert set(MAX_LINES) == {"session", "message", "message_vector", "episode", "summary", "revision"}
     service = make_service(api_keys_file=keys_file(tmp_path))
@@ -125,10 +129,10 @@ def test_every_line_kind_has_a_bound_and_past_it_the_import_is_a_413(
     revision = {"revision": 0, "kind": "generated", "title": "t", "content": "c", "changed_at": T0.isoformat()}
     revision |= {"changed_by": "epimem"}
     line = {"type": "revision", "session_id": "s", "episode_id": "e", "revision": revision}
-    records = [header("bounded", service.memory.store.model_id)] + [line] * (MAX_LINES["revision"] + 1)
-    response = send(url, records, ADMIN, group_id="bounded")
+    records = [header(group_id, service.memory.store.model_id)] + [line] * (MAX_LINES["revision"] + 1)
+    response = send(url, records, ADMIN, group_id)
     assert response.status_code == 413, response.text
     error = response.json()["error"]
     assert error["details"] == {"line": MAX_LINES["revision"] + 2, "kind": "revision", "max_lines": 10_000}
     assert f"at most {MAX_LINES['revision']} revision lines" in error["message"]
-    assert not service.group_exists("bounded")
+    assert not service.group_exists(group_id)
