@@ -41,7 +41,7 @@ from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
 from retrieval.context import ContextBuilder
-from retrieval.filters import passing_episodes
+from retrieval.filters import shown_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
 from retrieval.search import Searcher
 from retrieval.timeline import timeline as read_timeline
@@ -181,7 +181,7 @@ class Epimem(Corrections):
         passing = None
         if wanted is not None:
             match = self.searcher.filter_match(group_id, wanted)
-            passing = functools.partial(passing_episodes, self.searcher, group_id, match)
+            passing = functools.partial(shown_episodes, self.searcher, group_id, match)
         return read_timeline(
             self.memory.store.vectors,
             group_id,

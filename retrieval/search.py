@@ -31,7 +31,7 @@ from memory.tracing import read_attributes, traced
 from retrieval.analysis import Query, QueryAnalysis, analyse
 from retrieval.candidates import Candidate, Loaded, episode_score, rrf
 from retrieval.duplicates import drop_near_duplicates
-from retrieval.filters import FilterMatch, RecallFilter, passing_candidates
+from retrieval.filters import FilterMatch, RecallFilter, passing_candidates, shown
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
 from retrieval.pending import is_pending, open_episodes
@@ -210,15 +210,13 @@ class Searcher:
         hits = hits[: query.k]
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
-        if query.expand:
+        if query.expand or query.filter is not None:  # a filter shows an episode as what passes (filters.shown)
             match = self.filter_match(group_id, query.filter) if query.filter is not None else None
             for position, hit in enumerate(hits):
-                found = [
-                    m
-                    for m in self.source_messages(group_id, hit.episode)
-                    if match is None or match.message(m, hit.episode)
-                ]
-                hits[position] = hit.model_copy(update={"messages": found})
+                found = self.source_messages(group_id, hit.episode)
+                passing = [m for m in found if match is None or match.message(m, hit.episode)]
+                update = {"episode": shown(hit.episode, found, passing), "messages": passing if query.expand else None}
+                hits[position] = hit.model_copy(update=update)
         return hits
 
     def analyse(self, group_id: str, query: Query, policy: ScoringPolicy) -> QueryAnalysis:
