@@ -74,6 +74,9 @@ FILE_COSTS = {
     "tests/memory/test_speed_paths.py": 90,
     "tests/api/test_stop_during_recovery.py": 80,
     "tests/memory/test_engine_restart.py": 75,
+    "tests/api/test_import_history.py": 300,
+    "tests/api/test_import_chunks.py": 150,
+    "tests/api/test_import_fuzz.py": 130,
     "tests/api/test_import_integrity.py": 75,
     "tests/integration/test_scaleout.py": 70,
 }

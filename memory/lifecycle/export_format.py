@@ -126,8 +126,26 @@ def read_export(lines: Iterable[str]) -> ExportContents:
         found["revisions"] = len(parsed.revisions)
     if end.get("counts") != found:
         raise InvalidInputError("the file does not hold what its end record counts", details={"found": found})
+    _check_unique(parsed)
     _check_citations(parsed, places)
     return parsed
+
+
+def _check_unique(parsed: ExportContents) -> None:
+    """Each session, message, episode or summary, and message vector once."""
+    kinds: dict[str, list[Any]] = {
+        "session": [info.session_id for info in parsed.sessions],
+        "message": [(m.session_id, m.message.id) for m in parsed.messages],
+        "episode or summary": [item.uuid for _, item, _ in parsed.vectors if isinstance(item, Episode)],
+        "message vector": [item for _, item, _ in parsed.vectors if not isinstance(item, Episode)],
+    }
+    for kind, keys in kinds.items():
+        seen: set[Any] = set()
+        repeated = [key for key in keys if key in seen or seen.add(key)]  # type: ignore[func-returns-value]
+        if repeated:
+            raise InvalidInputError(
+                f"the file holds the same {kind} twice", details={"ids": [str(key)[:300] for key in repeated[:20]]}
+            )
 
 
 def _header(item: dict[str, Any], number: int) -> dict[str, Any]:

@@ -96,8 +96,6 @@ class Importer:
     def run(self, parsed: ExportContents, target: str, *, restore: bool, gates: Gates) -> ImportReceipt:
         _allowed(parsed, restore)
         messages = [_regrouped(m, target) for m in parsed.messages]
-        if len({(m.session_id, m.message.id) for m in messages}) != len(messages):
-            raise InvalidInputError("the file holds the same message twice")
         if not restore:
             check_client_messages([m.message for m in messages])
         episodes = [_regrouped(item, target) for _, item, _ in parsed.vectors if isinstance(item, Episode)]
