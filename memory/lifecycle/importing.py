@@ -25,17 +25,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from memory.embedding.embedder import Embedder
 from memory.errors import ConflictError, ForbiddenError, InvalidInputError
-from memory.ingest.intake import Intake
 from memory.lifecycle.export_format import ExportContents
 from memory.lifecycle.revisions import Revision, RevisionLog
 from memory.lifecycle.tombstones import ANY_SESSION, Erased, Key, Tombstones
-from memory.models import Episode, StoredMessage, check_client_messages
+from memory.models import Episode, Message, StoredMessage, check_client_messages
 from memory.receipts import AddReceipt, ImportReceipt
 from memory.store.protocols import LogWriter, VectorWriter
 from memory.store.records import RecordKind, VectorRecord, message_record_id
@@ -43,6 +42,14 @@ from memory.text import episode_embedding_text, message_line
 
 CHUNK = 200  # records written under the group's locks at a time
 READ_BATCH = 250  # ids read back at a time
+
+
+class Adds(Protocol):
+    """How messages are added (memory.ingest.intake.Intake): what a conversation import's chunks are."""
+
+    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt: ...
+
+    def index_unindexed(self, group_id: str, session_ids: Iterable[str]) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -84,7 +91,7 @@ def _batches(values: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
 
 
 class Importer:
-    def __init__(self, *, log: LogWriter, vectors: VectorWriter, embedder: Embedder, model_id: str, intake: Intake):
+    def __init__(self, *, log: LogWriter, vectors: VectorWriter, embedder: Embedder, model_id: str, intake: Adds):
         self._log = log
         self._vectors = vectors
         self._embedder = embedder
