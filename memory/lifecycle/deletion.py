@@ -26,7 +26,7 @@ from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
 from memory.lifecycle.tombstones import Tombstones, deleted_keys
-from memory.models import Episode
+from memory.models import Episode, Message
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorWriter
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, message_record_id
@@ -78,7 +78,7 @@ class Deleter:
                 receipt.episodes.append(episode.uuid)
             changed.add(episode.uuid)
         receipt.merge(self._repair_summaries(group_id, changed))
-        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, texts=[doomed.message.content]))
+        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, messages=[doomed.message]))
         if before_erase is not None:
             before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
@@ -93,7 +93,7 @@ class Deleter:
             raise NotFoundError("no such episode in this session")
         episode = found[0]
         receipt = DeletionReceipt()
-        texts: list[str] = []
+        said: list[Message] = []
         if episode.source_episode_ids:  # a summary: its sources stay
             self._summariser.unmark(group_id, episode)
             self._delete_vectors(receipt, group_id, session_id, [episode_id])
@@ -103,10 +103,10 @@ class Deleter:
             self._reformer.revisions.remove(group_id, session_id, [episode_id])
             receipt.episodes.append(episode_id)
             stored = self._log.get_messages(group_id, session_id, list(episode.source_message_ids))
-            texts = [s.message.content for s in stored.values()]
+            said = [s.message for s in stored.values()]
             receipt.merge(self._delete_messages(group_id, session_id, list(stored)))
             receipt.merge(self._repair_summaries(group_id, {episode_id}))
-        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, texts=texts))
+        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, messages=said))
         if before_erase is not None:
             before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
@@ -150,8 +150,8 @@ class Deleter:
         receipt.episodes += sorted(episodes)
         receipt.summaries += [s.uuid for s in own_summaries]
         receipt.merge(self._repair_summaries(group_id, episodes))
-        texts = [s.message.content for s in stored]
-        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, texts=texts, session=True))
+        said = [s.message for s in stored]
+        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, messages=said, session=True))
         return receipt
 
     def delete_group(self, group_id: str) -> DeletionReceipt:

@@ -13,7 +13,7 @@ from memory.errors import InvalidInputError, NotFoundError
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
-from memory.lifecycle.tombstones import ANY_SESSION, Erased, Tombstones
+from memory.lifecycle.tombstones import Erased, Tombstones, said
 from memory.models import Episode, EpisodeType, Frozen, StoredMessage, check_client_metadata
 from memory.receipts import RedactionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorWriter
@@ -124,8 +124,7 @@ class Editor:
         )
         redacted = stored.model_copy(update={"message": message})
         self._log.put_messages(group_id, [redacted])
-        erased = [(Erased.REDACTED, session_id, message_id), (Erased.TEXT, ANY_SESSION, stored.message.content)]
-        self._tombstones.bury(group_id, erased)
+        self._tombstones.bury(group_id, [(Erased.REDACTED, session_id, message_id), said(session_id, stored.message)])
         vector = self._embedder.embed_batch([message_line(message)])[0]
         self._vectors.replace(group_id, session_id, VectorRecord.of_message(redacted, vector))
         receipt = RedactionReceipt(message_id=message_id, redacted=True)

@@ -4,9 +4,11 @@ history").
 - **Only what is absent is added.** A record whose id the group already holds must equal the stored one in
   every field, or the import is refused with 409 (``details.ids``) before anything is written: a message (what
   was said, and in a restore also its processing state), an episode or summary (every field), a session or the
-  group's configuration (every field), an episode's revisions (its stored history, line for line).
-- **Erased stays erased.** A message, episode, summary or session that a delete removed is refused with 409
-  (memory.lifecycle.tombstones remembers their ids without their text); a redacted message is stored with its
+  group's configuration (every field but when this group created and updated it), an episode's revisions (its
+  stored history, line for line).
+- **Erased stays erased.** A message, episode, summary or session that a delete removed, and a deleted or
+  redacted message under another id (the same words at the same time in the same session), is refused with 409
+  (memory.lifecycle.tombstones remembers them without their text); a redacted message is stored with its
   replacement, so an older copy of it differs and is refused as above.
 - **A conversation, or a restore.** An import with a write key carries sessions and messages (``message_vector``
   lines without embeddings may come along): the messages are stored as an add stores them (pending, embedded by
@@ -33,7 +35,7 @@ from memory.embedding.embedder import Embedder
 from memory.errors import ConflictError, ForbiddenError, InvalidInputError
 from memory.lifecycle.export_format import ExportContents
 from memory.lifecycle.revisions import Revision, RevisionLog
-from memory.lifecycle.tombstones import ANY_SESSION, Erased, Key, Tombstones
+from memory.lifecycle.tombstones import ANY_SESSION, Erased, Key, Tombstones, said
 from memory.models import Episode, Message, StoredMessage, check_client_messages
 from memory.receipts import AddReceipt, ImportReceipt
 from memory.store.protocols import LogWriter, VectorWriter
@@ -79,6 +81,11 @@ class _Plan:
     register: bool = False
     messages: dict[str, list[StoredMessage]] = field(default_factory=lambda: defaultdict(list))  # absent ones
     items: dict[str, list[_Item]] = field(default_factory=lambda: defaultdict(list))  # session -> restore items
+
+
+def _told(record: Any) -> dict[str, Any]:
+    """What a session or group record says: every field but when this group created and last updated it."""
+    return record.model_dump(exclude={"created_at", "updated_at"})
 
 
 def _regrouped(model: Any, group_id: str) -> Any:
@@ -147,16 +154,15 @@ class Importer:
         """Refuse the absent records (the group holds none of them) that a delete or a redaction erased."""
         keys: list[Key] = [(Erased.SESSION, s.session_id, s.session_id) for s in sessions]
         keys += [(Erased.MESSAGE, m.session_id, m.message.id) for m in messages]
-        keys += [(Erased.TEXT, ANY_SESSION, m.message.content) for m in messages]
+        keys += [said(m.session_id, m.message) for m in messages]
         keys += [(Erased.EPISODE, ANY_SESSION, e.uuid) for e in episodes]
         erased = set(self._tombstones.erased(target, keys))
-        texts = {key[2] for key in erased if key[0] is Erased.TEXT}
-        ids = [key[2] for key in keys if key in erased and key[0] is not Erased.TEXT]
-        ids += [m.message.id for m in messages if m.message.content in texts]
+        ids = [key[2] for key in keys if key in erased and key[0] is not Erased.SAID]  # (a said key holds text)
+        ids += [m.message.id for m in messages if said(m.session_id, m.message) in erased]
         if ids:
             raise ConflictError(
-                "a delete or a redaction erased these ids, or these messages' text, from the group; an import "
-                "never brings back what was erased (say it again with an add if it must be remembered)",
+                "a delete or a redaction erased these ids, or these messages (the same words at the same time in the "
+                "same session), from the group; an import never brings back what was erased",
                 details={"ids": list(dict.fromkeys(ids))[:20]},
             )
 
@@ -173,7 +179,7 @@ class Importer:
         conflicts: list[str] = []
         config = _regrouped(parsed.config, target) if parsed.config is not None else None
         stored_config = self._log.get_group_config(target)
-        if config is not None and stored_config is not None and config != stored_config:
+        if config is not None and stored_config is not None and _told(config) != _told(stored_config):
             conflicts.append(target)
         plan.config = config if stored_config is None else None
         plan.register = stored_config is None
@@ -182,7 +188,7 @@ class Importer:
             known = stored_sessions.get(info.session_id)
             if known is None:
                 plan.sessions.append(info)
-            elif known != info:
+            elif _told(known) != _told(info):
                 conflicts.append(info.session_id)
         by_session: dict[str, list[StoredMessage]] = defaultdict(list)
         for stored in messages:

@@ -1,10 +1,10 @@
 """What a group erased, remembered without the erased text: the ids of deleted messages, episodes, summaries and
-sessions and of redacted messages, and the exact texts of deleted and redacted messages, each as a one-way digest
-(SHA-256 of its kind, session and id or text, cut to 128 bits), never the id or the text itself, so that the data
-folder keeps no byte of them (docs/trust.md).
+sessions and of redacted messages, and each deleted or redacted message as what was said (its session, its time
+and its exact text: the same utterance under any id), each as a one-way digest (SHA-256, cut to 128 bits), never
+the id or the text itself, so that the data folder keeps no byte of them (docs/trust.md).
 
 An import reads them to refuse what a deletion or a redaction erased (memory.lifecycle.importing: a message, an
-episode or a session of an older export is not brought back, nor a message's erased text under another id); a
+episode or a session of an older export is not brought back, nor an erased message under another id); a
 redaction reads them to tell a message it redacted itself from one that merely carries the mark. They live in
 the group's log (kind ``tombstone``, one record per erasure, at most ``PER_RECORD`` digests each): deleting the
 group deletes them with everything else.
@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable
 from enum import StrEnum
 
+from memory.models import Message
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import LogWriter
 
@@ -32,7 +33,7 @@ class Erased(StrEnum):
     EPISODE = "episode"  # (any session, episode or summary id): deleted
     SESSION = "session"  # (the session, its id): deleted
     REDACTED = "redacted"  # (session, message id): its text replaced by a redaction
-    TEXT = "text"  # (any session, a message's exact text): deleted or redacted
+    SAID = "said"  # (session, a message's time and exact text): deleted or redacted, under any id
 
 
 Key = tuple[Erased, str, str]  # what, session, id
@@ -70,14 +71,19 @@ class Tombstones:
         return [key for key in wanted if digest(key) in known]
 
 
+def said(session_id: str, message: Message) -> Key:
+    """A message as what was said (its session, time and exact text), whatever its id."""
+    return Erased.SAID, session_id, f"{message.timestamp.isoformat()}\x1f{message.content}"
+
+
 def deleted_keys(
-    session_id: str, receipt: DeletionReceipt, *, texts: Iterable[str] = (), session: bool = False
+    session_id: str, receipt: DeletionReceipt, *, messages: Iterable[Message] = (), session: bool = False
 ) -> list[Key]:
-    """The keys of what one delete in a session removed: its messages (and their ``texts``), its episodes and
-    summaries by id alone, the session itself when ``session``."""
+    """The keys of what one delete in a session removed: its messages (by id, and as what was said), its episodes
+    and summaries by id alone, the session itself when ``session``."""
     keys: list[Key] = [(Erased.MESSAGE, session_id, m) for m in receipt.messages]
     keys += [(Erased.EPISODE, ANY_SESSION, e) for e in [*receipt.episodes, *receipt.summaries]]
-    keys += [(Erased.TEXT, ANY_SESSION, text) for text in texts]
+    keys += [said(session_id, message) for message in messages]
     if session:
         keys.append((Erased.SESSION, session_id, session_id))
     return keys
