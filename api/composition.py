@@ -21,13 +21,14 @@ from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor
+from memory.lifecycle.importing import Importer
 from memory.lifecycle.reembed import Reembedder
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.retention import Retention
 from memory.lifecycle.revisions import RevisionLog
 from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.sweeper import RetentionSweeper
-from memory.lifecycle.transfer import Transfer
+from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.service import MemoryService
 from memory.store.connection import open_connection
@@ -124,7 +125,10 @@ def _build(
             reformer=reformer,
         ),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
-        transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),
+        exporter=Exporter(log=store.log, vectors=store.vectors, model_id=store.model_id),
+        importer=Importer(
+            log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id, intake=ingestor.intake
+        ),
         retention=Retention(
             log=store.log, vectors=store.vectors, admin=store.admin, deleter=deleter, summariser=summariser
         ),

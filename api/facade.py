@@ -29,14 +29,23 @@ from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
-from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, SessionInfo, check_scope_id
+from memory.models import (
+    BoundaryReason,
+    Episode,
+    GroupConfiguration,
+    Message,
+    SessionInfo,
+    check_client_messages,
+    check_client_metadata,
+    check_scope_id,
+)
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
 from memory.tracing import memory_operation
 from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
-from retrieval.filters import passing_episodes
+from retrieval.filters import shown_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
 from retrieval.search import Searcher
 from retrieval.timeline import timeline as read_timeline
@@ -115,6 +124,7 @@ class Epimem(Corrections, Operations):
         _scope_ids(group_id, session_id)
         _not_reserved(session_id)
         parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        check_client_messages(parsed)
         return self.memory.add_messages(group_id, session_id, parsed, actor=actor)
 
     def flush(
@@ -138,6 +148,8 @@ class Epimem(Corrections, Operations):
         """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
         target = group_id or sample.sample_id
         _scope_ids(target)
+        for messages in sample.sessions.values():
+            check_client_messages(messages)
         return self.memory.ingest_sessions(target, sample.sessions)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -178,7 +190,7 @@ class Epimem(Corrections, Operations):
         passing = None
         if wanted is not None:
             match = self.searcher.filter_match(group_id, wanted)
-            passing = functools.partial(passing_episodes, self.searcher, group_id, match)
+            passing = functools.partial(shown_episodes, self.searcher, group_id, match)
         return read_timeline(
             self.memory.store.vectors,
             group_id,
@@ -214,6 +226,7 @@ class Epimem(Corrections, Operations):
     # -- groups and sessions --------------------------------------------------------------------------
 
     def put_group(self, config: GroupConfiguration) -> GroupConfiguration:
+        check_client_metadata(config.metadata, "group metadata")
         self.memory.put_group(config)
         return config
 
@@ -230,6 +243,7 @@ class Epimem(Corrections, Operations):
 
     def put_session(self, info: SessionInfo) -> SessionInfo:
         _not_reserved(info.session_id)
+        check_client_metadata(info.metadata, "session metadata")
         self.memory.put_session(info)
         return info
 
@@ -331,13 +345,15 @@ class Epimem(Corrections, Operations):
         return self.memory.export_group(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
     ) -> ImportReceipt:
-        """Restore an export (into ``group_id``, default the exported group). The whole file is checked
-        before anything is written; embeddings of another model are rebuilt; importing twice is a no-op."""
+        """Import an export (into ``group_id``, default the exported group): it adds what the group lacks and
+        never changes what it holds (memory.lifecycle.importing). ``restore`` (in process: yes) lets it carry
+        what epimem made (episodes, summaries, revisions, embeddings); without it, sessions and messages only.
+        The whole file is checked before anything is written; importing twice is a no-op."""
         if group_id is not None:
             _scope_ids(group_id)
-        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor)
+        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor, restore=restore)
 
     def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
         """Rebuild the vectors of one group (or all) from the stored text with the configured model

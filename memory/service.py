@@ -32,11 +32,12 @@ from memory.lifecycle.audit import LOCAL_ACTOR, AuditAction, AuditPage, AuditTra
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor, EpisodeCorrection, Redaction
 from memory.lifecycle.export_format import ExportContents
+from memory.lifecycle.importing import Gates, Importer
 from memory.lifecycle.reembed import Progress, Reembedder, ReembedReport
 from memory.lifecycle.retention import Retention
 from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import Summariser
-from memory.lifecycle.transfer import Transfer
+from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.log_reads import LogReads
@@ -74,7 +75,8 @@ class MemoryService(LogReads, Upkeep):
         summariser: Summariser,
         deleter: Deleter,
         reembedder: Reembedder,
-        transfer: Transfer,
+        exporter: Exporter,
+        importer: Importer,
         editor: Editor,
         retention: Retention,
         worker: FormationWorker | None = None,
@@ -88,7 +90,8 @@ class MemoryService(LogReads, Upkeep):
         self._summariser = summariser
         self._deleter = deleter
         self._reembedder = reembedder
-        self._transfer = transfer
+        self._exporter = exporter
+        self._importer = importer
         self._editor = editor
         self.retention = retention
         self.audit = AuditTrail(store.log)
@@ -112,12 +115,12 @@ class MemoryService(LogReads, Upkeep):
 
     # -- locks and change notification ----------------------------------------------------------------
 
-    def _changed(self, group_id: str, receipt: DeletionReceipt | None = None) -> None:
+    def _changed(self, group_id: str, receipt: DeletionReceipt | RedactionReceipt | None = None) -> None:
         for cache, listener in self._listeners:
             listener(group_id)
             if receipt is not None:
                 receipt.caches.append(cache)
-        if receipt is not None and receipt.collections:
+        if isinstance(receipt, DeletionReceipt) and receipt.collections:
             receipt.caches.append("collection-handles")
 
     def _announce(self, kind: ChangeType, group_id: str, actor: str, session_id: str | None, **ids: Any) -> None:
@@ -163,6 +166,11 @@ class MemoryService(LogReads, Upkeep):
             if receipt.accepted:
                 self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
                 self._announce(ChangeType.MESSAGES_ADDED, group_id, actor, session_id, messages=receipt.accepted)
+        self._added(group_id, session_id, receipt)
+        return receipt
+
+    def _added(self, group_id: str, session_id: str, receipt: AddReceipt) -> None:
+        """What follows messages added to a session: its idle timer, and formation once enough are pending."""
         if self._worker is not None and receipt.accepted:
             self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
@@ -170,7 +178,6 @@ class MemoryService(LogReads, Upkeep):
                 self._worker.submit(group_id, session_id)
             else:
                 self._ingestor.form_closed(group_id, session_id)
-        return receipt
 
     def flush(
         self,
@@ -285,17 +292,15 @@ class MemoryService(LogReads, Upkeep):
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
         if not self.group_exists(group_id):
             raise NotFoundError("group not found")
-        return self._transfer.export(group_id, include_embeddings=include_embeddings)
+        return self._exporter.export(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
     ) -> ImportReceipt:
+        """Add what the file holds and the group lacks; ``restore``: it may carry what epimem made (importing)."""
         target = group_id or contents.group_id
-        with self._alone(target, contents.session_ids):
-            receipt = self._transfer.import_(contents, group_id=target)
-            self._ingestor.intake.index_unindexed(
-                target, contents.session_ids
-            )  # a file without pending messages' vectors
+        gates = Gates(alone=self._alone, shared=self._gate.shared, added=self._added)
+        receipt = self._importer.run(contents, target, restore=restore, gates=gates)
         self._changed(target)
         self.audit.record(target, AuditAction.IMPORT, actor, targets=contents.session_ids)
         self._announce(ChangeType.GROUP_IMPORTED, target, actor, None, sessions=contents.session_ids)
@@ -341,9 +346,7 @@ class MemoryService(LogReads, Upkeep):
         with self._alone(group_id, [session_id]):
             receipt = self._editor.redact(group_id, session_id, message_id, redaction)
         if receipt.redacted:
-            for cache, listener in self._listeners:
-                listener(group_id)
-                receipt.caches.append(cache)
+            self._changed(group_id, receipt)
             targets = [message_id, *receipt.episodes]
             self.audit.record(group_id, AuditAction.REDACT, actor, session_id=session_id, targets=targets)
             self.events.publish(redacted(group_id, session_id, receipt, actor))

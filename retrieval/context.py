@@ -38,6 +38,7 @@ from retrieval.analysis import QueryAnalysis
 from retrieval.candidates import Candidate
 from retrieval.names import named_in
 from retrieval.pending import is_pending
+from retrieval.request_snapshot import reading
 from retrieval.scoring import ScoringPolicy, score_messages
 from retrieval.search import Searcher
 from retrieval.spread import spread_order
@@ -196,6 +197,10 @@ class ContextBuilder:
 
     @traced("epimem.context.pack", read_attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
+        with reading(self._searcher, group_id):  # one version of the group for the whole request
+            return self._build(group_id, query)
+
+    def _build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy.at_budget(query.token_budget)
         # Scoring the whole group's messages needs no candidate ranking (one vector query less).
         whole_group = policy.select == "group" and self._searcher.group_rows(group_id, fresh=True) is not None

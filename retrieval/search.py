@@ -31,10 +31,11 @@ from memory.tracing import read_attributes, traced
 from retrieval.analysis import Query, QueryAnalysis, analyse
 from retrieval.candidates import Candidate, Loaded, episode_score, rrf
 from retrieval.duplicates import drop_near_duplicates
-from retrieval.filters import FilterMatch, RecallFilter, passing_candidates
+from retrieval.filters import FilterMatch, RecallFilter, passing_candidates, shown
 from retrieval.keyword import KeywordCache, KeywordIndex
 from retrieval.message_rows import MessageRows, message_rows
 from retrieval.pending import is_pending, open_episodes
+from retrieval.request_snapshot import one_version, pinned
 from retrieval.scope import scope_filter
 from retrieval.scoring import ScoringPolicy, recency_factor, score_messages, unit
 from retrieval.speaker_names import LEARNED_NAMES, GroupSpeakers, LearnedNames, group_speaker_names
@@ -72,8 +73,9 @@ class Searcher:
         """The group's records at their current version: columns for every record (ids, documents,
         kinds, sessions, episodes, times, speakers) and, for a group within the cache's size limit
         (``snapshot.full``), every record's vector and metadata and the group's messages. ``fresh``:
-        check a Chroma server's shared version now (the start of a request)."""
-        return self._vectors.snapshot(group_id, fresh=fresh)
+        check a Chroma server's shared version now. In a search or a context: the version it began with."""
+        held = pinned(group_id)
+        return held if held is not None else self._vectors.snapshot(group_id, fresh=fresh)
 
     # -- candidates ------------------------------------------------------------------------------
 
@@ -168,8 +170,8 @@ class Searcher:
     # -- search ------------------------------------------------------------------------------------
 
     @traced("epimem.search", read_attributes, lambda hits: {"hits": len(hits)})
+    @one_version  # what this request reads, another server's writes included
     def search(self, group_id: str, query: SearchQuery) -> list[SearchHit]:
-        self.snapshot(group_id, fresh=True)  # what this request reads: another server's writes included
         analysis = self.analyse(group_id, query, self.policy)
         depth = max(50, query.k * 8)
         candidates = self.candidates(group_id, query, analysis, depth=depth)
@@ -208,15 +210,13 @@ class Searcher:
         hits = hits[: query.k]
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
-        if query.expand:
+        if query.expand or query.filter is not None:  # a filter shows an episode as what passes (filters.shown)
             match = self.filter_match(group_id, query.filter) if query.filter is not None else None
             for position, hit in enumerate(hits):
-                found = [
-                    m
-                    for m in self.source_messages(group_id, hit.episode)
-                    if match is None or match.message(m, hit.episode)
-                ]
-                hits[position] = hit.model_copy(update={"messages": found})
+                found = self.source_messages(group_id, hit.episode)
+                passing = [m for m in found if match is None or match.message(m, hit.episode)]
+                update = {"episode": shown(hit.episode, found, passing), "messages": passing if query.expand else None}
+                hits[position] = hit.model_copy(update=update)
         return hits
 
     def analyse(self, group_id: str, query: Query, policy: ScoringPolicy) -> QueryAnalysis:

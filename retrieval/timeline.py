@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from memory.errors import InvalidInputError
@@ -42,9 +42,9 @@ def timeline(
     limit: int = 50,
     cursor: str | None = None,
     direction: Direction = Direction.ASC,
-    passing: Callable[[list[Episode]], set[str]] | None = None,
+    passing: Callable[[list[Episode]], Mapping[str, Episode]] | None = None,
 ) -> TimelinePage:
-    """``passing``: the ids of the episodes a filter lets pass (retrieval.filters), among those given."""
+    """``passing``: the episodes a filter lets pass among those given, by id, as it shows them (retrieval.filters)."""
     scope = scope or Scope()
     if session_id is not None:
         scope = scope.model_copy(update={"session_ids": [session_id]})
@@ -56,9 +56,10 @@ def timeline(
         else:
             selection = replace(selection, until=after[0])
     records = vectors.records(group_id, selection=selection)
+    shown: Mapping[str, Episode] = {}
     if passing is not None:
-        kept = passing([record.episode() for record in records])
-        records = [record for record in records if record.id in kept]
+        shown = passing([record.episode() for record in records])
+        records = [record for record in records if record.id in shown]
     keyed = sorted(
         ((record.timestamp, record.id, record) for record in records),
         key=lambda item: (item[0], item[1]),
@@ -71,4 +72,5 @@ def timeline(
             keyed = [item for item in keyed if (item[0], item[1]) < after]
     page = keyed[:limit]
     next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(keyed) > limit else None
-    return TimelinePage(episodes=[record.episode() for _, _, record in page], next_cursor=next_cursor)
+    episodes = [shown.get(record.id) or record.episode() for _, _, record in page]
+    return TimelinePage(episodes=episodes, next_cursor=next_cursor)

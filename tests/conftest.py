@@ -47,6 +47,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # the end. A file not listed costs DEFAULT_COST and keeps its place among those.
 FILE_COSTS = {
     "tests/memory/test_concurrency.py": 890,
+    "tests/integration/test_formation_reads.py": 600,
     "tests/integration/test_docs.py": 520,
     "tests/integration/test_notebooks.py": 400,
     "tests/memory/test_lifecycle.py": 390,
@@ -77,6 +78,9 @@ FILE_COSTS = {
     "tests/memory/test_speed_paths.py": 90,
     "tests/api/test_stop_during_recovery.py": 80,
     "tests/memory/test_engine_restart.py": 75,
+    "tests/api/test_import_history.py": 300,
+    "tests/api/test_import_chunks.py": 150,
+    "tests/api/test_import_fuzz.py": 130,
     "tests/api/test_import_integrity.py": 75,
     "tests/integration/test_scaleout.py": 70,
     "tests/memory/test_webhooks.py": 150,

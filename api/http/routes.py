@@ -352,8 +352,8 @@ def export_group(
 async def import_group(
     group_id: GroupId, request: Request, service: ServiceDep, who: Annotated[Principal, WRITE]
 ) -> ImportReceipt:
-    """The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
-    this server's export wrote imports back."""
+    """Streams in (up to `max_import_bytes`); adds what the group lacks, never changes it (409). A write key
+    imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines: list[str] = []
     tail, read = "", 0
@@ -368,8 +368,8 @@ async def import_group(
         raise InvalidInputError("the import body is not UTF-8 text", details={"position": read + error.start}) from None
     if tail.strip():
         lines.append(tail)
-    receipt: ImportReceipt = await run_in_threadpool(service.import_group, lines, group_id=group_id, actor=who.actor)
-    return receipt
+    restore = who.key is None or (who.key.role >= Role.ADMIN and who.key.every_group)
+    return await run_in_threadpool(service.import_group, lines, group_id=group_id, actor=who.actor, restore=restore)
 
 
 # -- operations --------------------------------------------------------------------------------

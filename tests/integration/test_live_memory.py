@@ -209,9 +209,7 @@ def test_mcp_add_then_search_and_context_without_flush(
         http = httpx2.AsyncClient(timeout=180)
         async with Client(streamable_http_client(url + "/mcp", http_client=http), read_timeout_seconds=180) as client:
             added = data(
-                await client.call_tool(
-                    "add_messages", {"group": group_id, "session": "chat-1", "messages": turns(REX, speaker="speaker")}
-                )
+                await client.call_tool("add_messages", {"group": group_id, "session": "chat-1", "messages": turns(REX)})
             )
             assert added["accepted"] == ["m0", "m1"] and added["episodes_created"] == []
             hits = data(await client.call_tool("search_memory", {"group": group_id, "query": "Who has a dog?"}))

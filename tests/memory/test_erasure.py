@@ -180,6 +180,36 @@ def test_redaction_leaves_no_byte_in_the_data_folder(make_embedded: Callable[[],
     assert all(secret not in h.episode.content for h in again.search(group, secret, k=20))
 
 
+def test_a_deleted_message_leaves_no_byte_in_the_corrections_that_quoted_it(
+    make_embedded: Callable[[], Epimem], tmp_path: Path
+) -> None:
+    """A correction that quoted a message is erased with the message: after the message is deleted, no file
+    holds its text, neither the correction's revision nor the summary rebuilt from the episode; who corrected
+    what and when stays in the history."""
+    service = make_embedded()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    said, quoted = _marker("said"), _marker("quote")
+    two_episode_session(service, group, "keep", day=0)
+    lines = chat("q", 3, start=T0 + timedelta(days=3), marker=said)
+    service.add_messages(group, "quoted", lines)
+    (episode,) = service.flush(group, "quoted")
+    service.correct_episode(group, "quoted", episode.uuid, content=f"They said {said}, that is {quoted}.")
+    service.generate_summaries(group, days_back=60, max_memories_per_summary=10, reference_time=T0 + timedelta(days=30))
+    data_dir = tmp_path / "data"
+    assert {n for _, n in scan_folder(data_dir, [said, quoted])} == {said, quoted}
+
+    service.delete_message(group, "quoted", "q-0")
+    revisions = service.episode_revisions(group, "quoted", episode.uuid)
+    assert [(r.kind, r.erased, r.changed_by) for r in revisions] == [
+        ("generated", True, "epimem"),
+        ("correction", True, "local"),
+        ("reformed", False, "epimem"),
+    ]
+    service.close()
+    _stop_engine(data_dir)
+    assert scan_folder(data_dir, [said, quoted]) == []
+
+
 def _fill_server_folder(port: int, marker: str, keep: str) -> None:
     client = chromadb.HttpClient(host="127.0.0.1", port=port)
     rng = np.random.default_rng(1)

@@ -248,8 +248,8 @@ export interface paths {
         put?: never;
         /**
          * Import JSON Lines written by export (idempotent)
-         * @description The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
-         *     this server's export wrote imports back.
+         * @description Streams in (up to `max_import_bytes`); adds what the group lacks, never changes it (409). A write key
+         *     imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md).
          */
         post: operations["import_group_v1_groups__group_id__import_post"];
         delete?: never;
