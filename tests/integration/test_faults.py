@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,14 +141,15 @@ def test_llm_down_ingest_acknowledges_and_episodes_fall_back(
 
 
 def test_a_slow_llm_blocks_neither_adds_nor_search(make_service: Callable[..., Epimem], group_id: str) -> None:
-    """The background formation waits on an LLM that answers in 4 s; meanwhile adds and searches
-    of the same session and group stay fast (no lock they need is held by the formation)."""
+    """The background formation waits on an LLM that does not answer until the test lets it; meanwhile adds and
+    searches of the same session and group finish (no lock they need is held by the formation)."""
+    arrived, release = threading.Event(), threading.Event()
     with FakeOpenAI() as llm:
         service = make_service(
             background=True,
             llm_base_url=llm.url,
             llm_api_key="test",
-            llm_timeout_s=30,
+            llm_timeout_s=600,
             llm_max_retries=0,
             auto_flush_pending=6,
             episode_max_messages=3,
@@ -155,18 +157,25 @@ def test_a_slow_llm_blocks_neither_adds_nor_search(make_service: Callable[..., E
         service.add_messages(group_id, "s", [message(i) for i in range(3)])
         llm.script(*[Reply(content={"title": "Hiking", "content": "They talked about hiking."}) for _ in range(2)])
         service.flush(group_id, "s")  # something to find
-        slow = [Reply(content={"title": "Slow", "content": "A slow answer."}, delay=4.0) for _ in range(20)]
-        llm.script(*slow)
+        held = Reply(content={"title": "Slow", "content": "A slow answer."}, arrived=arrived, hold=release)
+        llm.script(*[held] * 20)
         service.add_messages(group_id, "s", [message(i) for i in range(3, 12)])  # triggers a formation
-        time.sleep(0.5)
-        assert service.stats().formation_queue is not None and not service.wait_idle(0.1), (
-            "the formation should be in progress"
-        )
-        latencies = []
-        for i in range(5):
-            started = time.perf_counter()
-            assert service.search(group_id, f"hiking {i}", k=3)
-            service.add_messages(group_id, "s", [message(20 + i)])
-            latencies.append(time.perf_counter() - started)
-        assert max(latencies) < 2.0, latencies
+        try:
+            assert arrived.wait(120), "the formation sent no LLM request"
+
+            found: list[int] = []
+
+            def search_and_add() -> None:
+                for i in range(5):
+                    found.append(len(service.search(group_id, f"hiking {i}", k=3)))
+                    service.add_messages(group_id, "s", [message(20 + i)])
+
+            meanwhile = threading.Thread(target=search_and_add)
+            meanwhile.start()
+            meanwhile.join(timeout=300)  # bounded by the work itself: the LLM answers only after this
+            assert not meanwhile.is_alive(), "a search or an add waited for the formation"
+            assert len(found) == 5 and all(found), found
+            assert not service.wait_idle(0), "the formation should still be waiting on the LLM"
+        finally:
+            release.set()
         assert service.wait_idle(120)

@@ -92,16 +92,19 @@ def test_lease_is_exclusive_between_servers(service: Epimem, group_id: str) -> N
 
 
 def test_expired_lease_is_taken_over_and_the_stalled_holder_cannot_write(service: Epimem, group_id: str) -> None:
-    stalled = LeaseCoordinator(service.memory.store.log, node_id="stalled", ttl_s=0.6, wait_s=5)
+    # The servers' shared clock, moved by the test: the lease expires when the test says, however slow the machine.
+    now = [time.time()]
+    log = service.memory.store.log
+    stalled = LeaseCoordinator(log, node_id="stalled", ttl_s=60, wait_s=5, clock=lambda: now[0])
     stalled.close()  # no renewals: as if the process froze
-    other = LeaseCoordinator(service.memory.store.log, node_id="other", ttl_s=10, wait_s=0.3)
+    other = LeaseCoordinator(log, node_id="other", ttl_s=60, wait_s=0.3, clock=lambda: now[0])
     with stalled.hold([(group_id, "s")]):
         with pytest.raises(SessionBusyError) as busy:
             with other.hold([(group_id, "s")]):
                 pass
         assert busy.value.status_code == 503 and busy.value.retry_after >= 1
-        time.sleep(0.8)  # past the stalled holder's expiry
-        other_long = LeaseCoordinator(service.memory.store.log, node_id="other", ttl_s=10, wait_s=5)
+        now[0] += 61  # past the stalled holder's expiry
+        other_long = LeaseCoordinator(log, node_id="other", ttl_s=60, wait_s=5, clock=lambda: now[0])
         with other_long.hold([(group_id, "s")]):
             with pytest.raises(LeaseLostError):
                 stalled.verify([(group_id, "s")])
