@@ -134,6 +134,22 @@ def test_import_is_idempotent_and_everything_reads_back(
         assert reembedded["vectors"] == 0 and reembedded["skipped_collections"] > 0  # already on this model
 
 
+def test_a_timestamp_in_milliseconds_is_one_clear_line(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, where: list[str]
+) -> None:
+    """In a file to import (checked where the messages are added: the facade, or the server) and as a timeline
+    bound (checked here), on either side: one line that says what to do, never pydantic's report."""
+    lines = tmp_path / "ms.jsonl"
+    lines.write_text(json.dumps({"group_id": "g", "session_id": "s", "id": "1", "content": "hi", "timestamp": 1e12}))
+    imported = runner.invoke(app, ["import", str(lines), *where], obj={"embedder": embedder})
+    assert imported.exit_code == 1, imported.output
+    error = imported.stderr.strip().splitlines()[-1]  # after the progress bar
+    assert error.startswith("error (invalid_input): ") and "milliseconds" in error, imported.stderr
+    assert "pydantic" not in imported.stderr and "validation error" not in imported.stderr
+    bound = runner.invoke(app, ["timeline", "g", "--start", "1700000000000", *where], obj={"embedder": embedder})
+    assert bound.exit_code == 2 and bound.stderr.count("\n") == 1 and "milliseconds" in bound.stderr
+
+
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
     data = ["--data-dir", str(tmp_path / "data")]
     bad = runner.invoke(app, ["search", "g", "x", *data, "-k", "0"], obj={"embedder": embedder})
