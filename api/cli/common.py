@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.cli.startup import StartupError, check_data_dir
-from api.settings import Settings
 from epimem_client.cli.groups import progress
 from epimem_client.cli.output import err, fail, out, print_json
 from epimem_client.cli.recall import AsJson
 from epimem_client.cli.target import Batches, Local
-from memory.errors import InvalidInputError
+from epimem_client.errors import InvalidInputError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded by the commands that run in process: a command with --url never imports them
     from api.facade import Epimem
+    from api.settings import Settings
 
 DataDir = Annotated[
     Path | None,
@@ -32,6 +31,8 @@ __all__ = ["AsJson", "DataDir", "err", "fail", "local", "open_service", "out", "
 
 
 def settings_for(data_dir: Path | None) -> Settings:
+    from api.settings import Settings
+
     return Settings(data_dir=data_dir) if data_dir is not None else Settings()
 
 
@@ -39,6 +40,7 @@ def settings_for(data_dir: Path | None) -> Settings:
 def open_service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
     """The facade on the data folder (or the Chroma server of ``EPIMEM_CHROMA_HOST``), closed after the command.
     Its errors reach the caller (``open_memory`` says them in one line)."""
+    from api.cli.startup import StartupError, check_data_dir
     from api.facade import Epimem
     from memory.embedding.lazy import LazyEmbedder
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,11 +20,12 @@ from api.cli.common import AsJson, DataDir, fail, local, open_service, out, prin
 from api.cli.erase import register as register_erase
 from api.cli.mcp import register as register_mcp
 from api.cli.segment import register as register_segment
-from api.cli.startup import StartupError, banner, check_before_loading, check_keys, serve_announcing
-from api.settings import Settings
 from epimem_client.cli.app import new_app
 from epimem_client.cli.output import err
 from epimem_client.cli.target import LOCAL, one_line_errors
+
+if TYPE_CHECKING:
+    from api.settings import Settings
 
 app = new_app()
 
@@ -47,6 +48,8 @@ def serve(
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error")] = "info",
 ) -> None:
     """Start the HTTP API (OpenAPI docs at /docs). Blocks until stopped: use another terminal."""
+    from api.cli.startup import StartupError, check_before_loading, check_keys
+
     settings = settings_for(data_dir)
     try:
         keys = check_keys(settings)
@@ -71,6 +74,7 @@ def serve(
 def _run_server(settings: Settings, sock: socket.socket, *, host: str, port: int, workers: int, log_level: str) -> None:
     import uvicorn
 
+    from api.cli.startup import banner, serve_announcing
     from api.logs import configure_logging
     from api.server import create_app
 

@@ -18,10 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from api.cli.common import fail
-from api.settings import Settings
-from memory.errors import EpimemError, InvalidInputError
-from memory.ingest.importers import read_jsonl
-from memory.text import message_line
+from epimem_client.errors import EpimemError, InvalidInputError
 
 if TYPE_CHECKING:  # the model and the segmenter load for this command only
     from memory.episodes.segmentation import GapDecision
@@ -65,6 +62,10 @@ def segment(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per gap")] = False,
 ) -> None:
     """Score every gap between consecutive messages and show where episodes would end (stores nothing)."""
+    from api.settings import Settings
+    from memory.ingest.importers import read_jsonl
+    from memory.text import message_line
+
     settings = Settings()
     try:
         if not file.is_file():

@@ -28,8 +28,9 @@ runner = CliRunner()
 KEYS = [
     {"key": "team-a-writer-0123456789", "groups": ["team-a"], "role": "write"},
     {"key": "team-b-admin-01234567890", "groups": ["team-b"], "role": "admin"},
+    {"key": "team-a-admin-01234567890", "groups": ["team-a"], "role": "admin"},
 ]
-WRITER, OTHER = KEYS[0]["key"], KEYS[1]["key"]
+WRITER, OTHER, ADMIN = KEYS[0]["key"], KEYS[1]["key"], KEYS[2]["key"]
 SAID = [
     {
         "id": "1",
@@ -119,15 +120,18 @@ def test_import_export_and_corrections_go_through_the_server(server: AppServer, 
         episode = client.timeline("team-a", session_id="imported").episodes[0]
     code, out, _ = cli("correct", "team-a", "imported", episode.uuid, "--title", "Rex comes home", *auth, "--json")
     assert code == 0 and json.loads(out)["title"] == "Rex comes home"
-    code, out, _ = cli("audit", "team-a", *auth, "--json")
-    assert code == 1 or json.loads(out)["entries"][0]["action"] == "correct"  # the audit trail needs an admin key
+    code, _, err = cli("audit", "team-a", *auth, "--json")
+    assert code == 1 and err.startswith("error (forbidden): ")  # the audit trail needs an admin key
+    code, out, _ = cli("audit", "team-a", "--url", server.url, "--key", ADMIN, "--json")
+    assert code == 0 and json.loads(out)["entries"][0]["action"] == "correct"
     code, out, _ = cli("export", "team-b", "--url", server.url, "--key", OTHER)
     assert code == 1  # nothing in team-b
 
 
 def test_a_command_on_a_running_epimem_loads_no_model_and_no_chroma(server: AppServer, tmp_path: Path) -> None:
     """The server install's `epimem` (api.cli.entry), each data command in one process: they answer through the
-    thin client, and neither torch nor chromadb is ever imported."""
+    thin client, and neither torch, chromadb nor anything of the service (memory, retrieval, the facade, the
+    settings) is ever imported."""
     exported = tmp_path / "team-a.jsonl"
     commands = [
         ["search", "team-a", "Who has a dog?"],
@@ -139,18 +143,20 @@ def test_a_command_on_a_running_epimem_loads_no_model_and_no_chroma(server: AppS
     code = (
         "import json, sys\n"
         "from api.cli.entry import main\n"
-        "codes = []\n"
+        "codes, url, key = [], sys.argv[1], sys.argv[2]\n"
         f"for args in {commands!r}:\n"
-        "    sys.argv = ['epimem', *args, '--url', sys.argv[1], '--key', sys.argv[2]]\n"
+        "    sys.argv = ['epimem', *args, '--url', url, '--key', key]\n"
         "    try:\n"
         "        main()\n"
         "    except SystemExit as done:\n"
         "        codes.append(done.code)\n"
-        "heavy = ('torch', 'chromadb', 'sentence_transformers', 'numpy', 'api.facade')\n"
-        "print(json.dumps([codes, [name for name in heavy if name in sys.modules]]), file=sys.stderr)\n"
+        "heavy = ('torch', 'chromadb', 'sentence_transformers', 'numpy', 'fastapi', 'api.facade', 'api.settings')\n"
+        "loaded = [name for name in heavy if name in sys.modules]\n"
+        "loaded += [name for name in sys.modules if name.split('.')[0] in ('memory', 'retrieval')]\n"
+        "print(json.dumps([codes, loaded]), file=sys.stderr)\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code, server.url, WRITER],
+        [sys.executable, "-c", code, server.url, ADMIN],  # export needs an admin key
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -81,13 +81,14 @@ def base_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_command_line_without_the_server_is_the_thin_clients(base_site: Path) -> None:
     code = "import sys\nsys.argv = ['epimem', *sys.argv[1:]]\nfrom api.cli.entry import main\nmain()\n"
-    served = run(code, python_path=[base_site, ROOT], isolated=True, argv=["serve"])
+    path = [base_site, ROOT, ROOT / "clients" / "python"]
+    served = run(code, python_path=path, isolated=True, argv=["serve"])
     assert served.returncode == 2 and "Traceback" not in served.stderr
     assert served.stderr.strip() == (
         "error: `epimem serve` runs epimem itself: it needs the server install: pip install epimem-server "
         "(from a clone: pip install -e .)"
     )
-    searched = run(code, python_path=[base_site, ROOT], isolated=True, argv=["search", "g", "dog"])
+    searched = run(code, python_path=path, isolated=True, argv=["search", "g", "dog"])
     assert searched.returncode == 2 and searched.stderr.startswith("error: give --url (or EPIMEM_URL)")
 
 
