@@ -74,19 +74,16 @@ def test_the_server_wheel_is_epimem_server_and_ships_the_client(wheels: dict[str
     assert {"api/explorer/ui/index.html", "epimem_client/client.py", "epimem_client/py.typed"} <= names
 
 
-def _venv(folder: Path, *requirements: str) -> Path:
-    """A fresh virtual environment with ``requirements`` installed (their dependencies from the package index, as
-    pip does); its ``bin`` folder."""
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
-    python = folder / "bin" / "python"
+def _pip_install(bin_folder: Path, *requirements: str) -> None:
+    """``requirements`` installed into a virtual environment (their dependencies from the package index, as pip
+    does)."""
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
+        [str(bin_folder / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements],
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]
-    return folder / "bin"
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +102,19 @@ def server_url(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTrans
 
 @pytest.fixture(scope="module")
 def client_bin(wheels: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _venv(tmp_path_factory.mktemp("client") / "venv", str(wheels["client"]))
+    """A fresh virtual environment with the client's wheel alone; its ``bin`` folder."""
+    folder = tmp_path_factory.mktemp("client") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
+    _pip_install(folder / "bin", str(wheels["client"]))
+    return folder / "bin"
+
+
+@pytest.fixture(scope="module")
+def adapters_bin(wheels: dict[str, Path], client_bin: Path) -> Path:
+    """The same environment with the client's extras added (after the tests of the client alone, which come first
+    in this file: an install of the extras takes minutes, one venv for both saves one of them)."""
+    _pip_install(client_bin, f"{wheels['client']}[langchain,llamaindex]")
+    return client_bin
 
 
 def test_the_client_installs_alone_and_imports_nothing_generic(
@@ -171,11 +180,7 @@ def test_the_clients_command_line_works_on_a_running_server(client_bin: Path, se
     assert local.returncode == 2 and "give --url (or EPIMEM_URL)" in local.stderr
 
 
-def test_the_adapters_install_as_extras_of_the_client(
-    wheels: dict[str, Path], server_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    folder = tmp_path_factory.mktemp("adapters")
-    bin_folder = _venv(folder / "venv", f"{wheels['client']}[langchain,llamaindex]")
+def test_the_adapters_install_as_extras_of_the_client(adapters_bin: Path, server_url: str, tmp_path: Path) -> None:
     code = (
         "import importlib.util, sys\n"
         "from epimem_client import EpimemClient\n"
@@ -191,7 +196,11 @@ def test_the_adapters_install_as_extras_of_the_client(
         "print([name for name in generic if importlib.util.find_spec(name) is not None])\n"
     )
     result = subprocess.run(
-        [str(bin_folder / "python"), "-c", code, server_url], capture_output=True, text=True, cwd=folder, timeout=300
+        [str(adapters_bin / "python"), "-c", code, server_url],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines() == ["True True", "True", "[]"]
