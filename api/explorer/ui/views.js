@@ -53,7 +53,7 @@
     const heading = h("div", { class: "heading" }, h("h1", {}, "Timeline"),
       h("p", { class: "muted" }, session ? `Session ${session} of ${group}` : `Every session of ${group}`));
     if (!hist.total) {
-      ctx.render("Timeline", heading, form, emptyState(time || params.get("start") ? "Nothing in this window."
+      ctx.render("Timeline", heading, form, emptyState(time || params.get("start") ? "No episodes in this window."
         : "Nothing said yet.", time ? "Try a wider time filter, or clear it."
         : "Messages added to a session show here as soon as they are stored."));
       return;
