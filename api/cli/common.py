@@ -15,7 +15,7 @@ import typer
 from epimem_client.cli.groups import progress
 from epimem_client.cli.output import err, fail, out, print_json
 from epimem_client.cli.recall import AsJson
-from epimem_client.cli.target import Batches, Local
+from epimem_client.cli.target import Batches, Local, one_line_errors
 from epimem_client.errors import InvalidInputError
 
 if TYPE_CHECKING:  # loaded by the commands that run in process: a command with --url never imports them
@@ -38,8 +38,8 @@ def settings_for(data_dir: Path | None) -> Settings:
 
 @contextmanager
 def open_service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
-    """The facade on the data folder (or the Chroma server of ``EPIMEM_CHROMA_HOST``), closed after the command.
-    Its errors reach the caller (``open_memory`` says them in one line)."""
+    """The facade on the data folder (or the Chroma server of ``EPIMEM_CHROMA_HOST``), closed after the command;
+    every epimem error, opening or inside the block, said in one line (``one_line_errors``)."""
     from api.cli.startup import StartupError, check_data_dir
     from api.facade import Epimem
     from memory.embedding.lazy import LazyEmbedder
@@ -53,13 +53,14 @@ def open_service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
             check_data_dir(settings.data_dir)
     except StartupError as error:
         fail(str(error), 1)
-    service = Epimem.from_settings(settings, background=False, embedder=embedder)
-    if isinstance(service.embedder, LazyEmbedder):  # say what the wait is for, if the command needs the model
-        service.embedder.announce = lambda: err.print("loading the embedding model…", style="dim")
-    try:
-        yield service
-    finally:
-        service.close()
+    with one_line_errors():
+        service = Epimem.from_settings(settings, background=False, embedder=embedder)
+        if isinstance(service.embedder, LazyEmbedder):  # say what the wait is for, if the command needs the model
+            service.embedder.announce = lambda: err.print("loading the embedding model…", style="dim")
+        try:
+            yield service
+        finally:
+            service.close()
 
 
 def locomo_batches(path: Path, group: str | None) -> Batches:

@@ -22,7 +22,7 @@ from api.cli.mcp import register as register_mcp
 from api.cli.segment import register as register_segment
 from epimem_client.cli.app import new_app
 from epimem_client.cli.output import err
-from epimem_client.cli.target import LOCAL, one_line_errors
+from epimem_client.cli.target import LOCAL
 
 if TYPE_CHECKING:
     from api.settings import Settings
@@ -100,7 +100,7 @@ def reembed(
     as_json: AsJson = False,
 ) -> None:
     """Rebuild vectors with the configured embedding model (after changing it). Repeatable."""
-    with one_line_errors(), open_service(ctx, data_dir) as service, progress() as bar:
+    with open_service(ctx, data_dir) as service, progress() as bar:
         task = bar.add_task("vectors", total=None)
 
         def advance(done: int, total: int) -> None:
