@@ -200,6 +200,7 @@ class Epimem(Corrections, Operations):
             cursor=cursor,
             direction=Direction(order),
             passing=passing,
+            open_episodes=self.searcher.open_episodes(group_id).values(),
         )
 
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
@@ -267,9 +268,11 @@ class Epimem(Corrections, Operations):
         return self._overview.group(group_id)[0]
 
     def timeline_histogram(self, group_id: str, scope: Scope, *, buckets: int) -> Histogram:
-        """How many episodes of the scope fall in each of ``buckets`` slices of its window, per session."""
+        """How many episodes of the scope (open episodes included, as in the timeline) fall in each of
+        ``buckets`` slices of its window, per session."""
         _scope_ids(group_id)
-        return self._overview.histogram(group_id, scope, buckets=buckets)
+        opened = self.searcher.open_episodes(group_id).values()
+        return self._overview.histogram(group_id, scope, buckets=buckets, open_episodes=opened)
 
     def vector_count(self, group_id: str) -> int:
         _scope_ids(group_id)

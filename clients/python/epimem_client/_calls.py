@@ -26,6 +26,8 @@ from epimem_client.models import (
     EpisodeOut,
     EpisodesOut,
     GroupConfiguration,
+    GroupsOut,
+    GroupStats,
     HistoryOut,
     ImportReceipt,
     Message,
@@ -311,3 +313,13 @@ class Calls:
         """Streamed: the clients read the lines themselves."""
         params = {"include_embeddings": str(include_embeddings).lower()}
         return Call("GET", group_path(group_id) + "/export", lambda _response: None, params=params)
+
+    @staticmethod
+    def groups(offset: int) -> Call[GroupsOut]:
+        """One page of the groups the key can read, with their counts."""
+        return Call("GET", "/v1/groups", _model(GroupsOut), params={"limit": 100, "offset": offset})
+
+    @staticmethod
+    def group_stats(group_id: str) -> Call[GroupStats]:
+        parse = lambda response: GroupStats.model_validate(response.json()["group"])  # noqa: E731
+        return Call("GET", group_path(group_id) + "/overview", parse, params={"limit": 1})

@@ -2150,6 +2150,11 @@ export interface components {
             episodes: components["schemas"]["Episode"][];
             /** Next Cursor */
             next_cursor?: string | null;
+            /**
+             * Pending
+             * @description ids of the episodes of this page that are sessions' open episodes: messages stored and recallable, not in an episode yet (boundary_reason 'open'); each becomes episodes once its session's segment closes
+             */
+            pending?: string[];
         };
         /** UsageOut */
         UsageOut: {
