@@ -5,8 +5,10 @@
   row of its own);
 - ``keys``: the second format — the text in metadata (``text``), the keys never filtered on nor updated
   in one JSON value (``fields``);
-- ``body``: ``codec.written`` — the text and those keys in one value behind the time of the write, so
-  that it lands at the end of Chroma's SQLite index of string values instead of a random page of it.
+- ``body``: the third format — the text and those keys in one value behind the time of the write, so
+  that it lands at the end of Chroma's SQLite index of string values instead of a random page of it;
+- ``payload``: ``codec.written`` — the same stamped payload as the record's document (a metadata value holds
+  at most 4,096 bytes on Chroma Cloud, a document 16,384; a longer payload is cut into pieces).
 
 The same episodes (codec.episode_metadata of real Episode objects, ~70-word contents) are written
 into N partitions of 20 records, ``--batch`` partitions at a time, each batch also upserted into one
@@ -46,7 +48,7 @@ from chromadb.config import Settings as ChromaSettings
 from partition_floor import stop_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.record_formats import second_format  # noqa: E402
+from helpers.record_formats import second_format, third_format  # noqa: E402
 
 from memory.models import BoundaryReason, Episode, GenerationMethod
 from memory.store import codec
@@ -77,7 +79,7 @@ def episodes(sessions: int, per_session: int, rng: np.random.Generator) -> list[
     ]
 
 
-FORMATS = ("document", "keys", "body")
+FORMATS = ("document", "keys", "body", "payload")
 
 
 def columns(fmt: str, session: list[Episode]) -> dict[str, Any]:
@@ -88,6 +90,8 @@ def columns(fmt: str, session: list[Episode]) -> dict[str, Any]:
         return {"ids": ids, "documents": texts, "metadatas": metadatas}
     if fmt == "keys":
         return {"ids": ids, "metadatas": [second_format(t, m) for t, m in zip(texts, metadatas, strict=True)]}
+    if fmt == "body":
+        return {"ids": ids, "metadatas": [third_format(t, m) for t, m in zip(texts, metadatas, strict=True)]}
     return codec.written(ids, texts, metadatas)
 
 
@@ -219,7 +223,7 @@ def main() -> None:
         medians[fmt] = (write, read)
         print(f"{fmt:>8}: write CPU per partition (ms) {write:.1f}; read all {records} records back (s) {read:.2f}")
     (bw, br) = medians["body"]
-    for fmt in ("document", "keys"):
+    for fmt in ("document", "keys", "payload"):
         print(f"ratio {fmt} / body: write {medians[fmt][0] / bw:.2f}, read {medians[fmt][1] / br:.2f}")
     sys.stdout.flush()
 

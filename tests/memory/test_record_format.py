@@ -1,7 +1,8 @@
 """Records written in an earlier format read the same as those memory.store.codec writes now, and rewriting
 one leaves none of its old text behind: the first format (text as Chroma's document, every metadata key on
-its own) and the second (the text under TEXT_KEY, the packed keys under PACKED_KEY). What is written now
-(BODY_KEY) begins with the time of the write."""
+its own), the second (the text under TEXT_KEY, the packed keys under PACKED_KEY) and the third (the stamped
+payload in one metadata value, BODY_KEY). What is written now (the stamped payload as the document) begins
+with the time of the write."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from helpers.builders import T0, chat, messages, two_episode_session
 from helpers.checks import every_client, scan_client
-from helpers.record_formats import second_format
+from helpers.record_formats import second_format, third_format
 
 from api.facade import Epimem
 from memory.models import GroupConfiguration
@@ -24,13 +25,15 @@ from memory.store.snapshot_files import CLAIMED, FOLDER
 PAGE = 500
 
 
-FORMATS = ("document", "keys")  # the first format, the second
+FORMATS = ("document", "keys", "body")  # the first format, the second, the third
 
 
 def _old_record(text: str, metadata: dict[str, Any], layout: str) -> tuple[str | None, dict[str, Any]]:
     """A record's document and metadata as the format ``layout`` wrote them."""
     if layout == "document":
         return text, metadata or {"kind": "unknown"}
+    if layout == "body":
+        return None, third_format(text, metadata)
     return None, second_format(text, metadata)
 
 
@@ -63,7 +66,7 @@ def _to_old_format(service: Epimem, group_id: str, layout: str) -> int:
                     metadatas=[metadata],
                 )
             written = collection.get(ids=ids)["metadatas"] or []
-            assert all(codec.BODY_KEY not in m for m in written)
+            assert all((codec.BODY_KEY in m) == (layout == "body") for m in written)
             assert all((codec.TEXT_KEY in m) == (layout == "keys") for m in written)
             rewritten += len(ids)
     return rewritten
@@ -141,7 +144,7 @@ def test_rewriting_an_earlier_format_record_leaves_none_of_its_old_text(
 
 
 def test_what_is_written_sorts_in_the_order_of_the_writes(make_service: Callable[..., Epimem]) -> None:
-    """Chroma indexes string values in (key, value) order: each record's body begins with the time of its
+    """Chroma indexes string values in (key, value) order: each record's document begins with the time of its
     write, so a later write sorts after an earlier one whatever its text (the end of the index, not a
     random page of it), and the text reads back whole."""
     service = make_service()
@@ -153,8 +156,10 @@ def test_what_is_written_sorts_in_the_order_of_the_writes(make_service: Callable
     log = service.memory.store.connection.client_for(codec.log_name(group_id)).get_collection(
         codec.log_name(group_id), embedding_function=None
     )
-    found = log.get(ids=[codec.message_record_id("order", f"o-{n}") for n in range(3)], include=["metadatas"])
-    bodies = [str(m[codec.BODY_KEY]) for m in found["metadatas"] or []]
-    assert len(bodies) == 3 and bodies == sorted(bodies)
-    assert [codec.read_back(None, m)[0] for m in found["metadatas"] or []] == texts
+    ids = [codec.message_record_id("order", f"o-{n}") for n in range(3)]
+    found = log.get(ids=ids, include=["documents", "metadatas"])
+    documents = [str(found["documents"][found["ids"].index(i)]) for i in ids]
+    assert len(documents) == 3 and documents == sorted(documents)
+    assert all(codec.BODY_KEY not in (m or {}) for m in found["metadatas"] or [])
+    assert [codec.read_back(d, {})[0] for d in documents] == texts
     assert [m.content for m in service.history(group_id, "order")] == texts
