@@ -5,22 +5,25 @@ The format (tests/benchmarks/record_format.py measures it against the earlier on
 
 - the record's text (an episode's content, a message, a session's or group's JSON) and the metadata keys
   written once with the record and never filtered on nor updated in place (PACKED) go together into its
-  *payload*, the JSON ``[text, packed keys]``; ``kind``, ``session_id``, ``ts``, ``state``, ``episode_id``,
-  ``boundary`` and ``summarised_by`` stay keys of their own, for ``where`` clauses and in-place updates
-  (Chroma stores and indexes each key as a row of its own);
-- the payload is the record's document, behind STAMP_WIDTH hex digits of the time of the write: Chroma
-  indexes every string it stores in one SQLite index ordered by key and value, and a value that begins
-  with its text lands on a random page of it, one that begins with the time at its end, where the last
-  write left the pages in memory (~7 ms less per partition at 10,000 partitions);
-- a document holds at most ``quotas.DOCUMENT_BYTES`` (Chroma Cloud's quota), a metadata value at most
-  ``METADATA_VALUE_BYTES``: a longer payload is cut into pieces (``memory.store.parts``), and a message's
-  vector record carries its text only as far as one document holds (``fitted_text``; the log keeps it whole).
+  *payload*, the JSON ``[text, packed keys]``, behind STAMP_WIDTH hex digits of the time of the write;
+  ``kind``, ``session_id``, ``ts``, ``state``, ``episode_id``, ``boundary`` and ``summarised_by`` stay keys of
+  their own, for ``where`` clauses and in-place updates (Chroma stores and indexes each key as a row of its own);
+- a stamped payload that fits in one metadata value (``quotas.METADATA_VALUE_BYTES``, Chroma Cloud's 4,096
+  bytes: most records) is that value, under BODY_KEY, and the record has no document: Chroma also indexes
+  every document in a trigram full-text table that epimem never queries (a partition's write costs half as
+  much again with its records' payloads as documents); a longer one is the record's document (at most
+  ``quotas.DOCUMENT_BYTES``, 16,384 bytes), and a longer one still is cut into a head and pieces
+  (``memory.store.parts``). Chroma indexes every string it stores, documents included, in one SQLite index
+  ordered by key and value: a value that begins with the time of its write lands at the end of it, where the
+  last write left the pages in memory, not on a random page (~7 ms less per partition at 10,000 partitions);
+- a message's vector record carries its text only as far as one document holds it (``fitted_text``; the log
+  keeps every message whole).
 
-Earlier formats, read as they are beside new records (nothing is migrated): the text as the document and
-every key on its own (the first); the text under TEXT_KEY and the packed keys under PACKED_KEY (the second);
-the stamped payload in one metadata value, BODY_KEY (the third). A document that is a stamped payload is
-this format's (an upsert merges metadata, so a record written again keeps an earlier format's keys: the
-document, written last, is what counts); the others are told apart by their keys.
+A record written again in the other layout (its text grew or shrank) keeps what the first write left where an
+upsert merges: the value or document with the later stamp is the record's. Earlier formats, read as they are
+beside new records (nothing is migrated): the text as the document and every key on its own (the first); the
+text under TEXT_KEY and the packed keys under PACKED_KEY (the second); the stamped payload under BODY_KEY
+whatever its length (the third, written until records had to fit Chroma Cloud's quotas).
 """
 
 from __future__ import annotations
@@ -31,15 +34,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memory.store.quotas import DOCUMENT_BYTES, utf8_bytes
+from memory.store.quotas import DOCUMENT_BYTES, METADATA_VALUE_BYTES, utf8_bytes
 
 STAMP_WIDTH = 16
-BODY_KEY = "body"  # the third format's
+BODY_KEY = "body"  # a stamped payload of at most METADATA_VALUE_BYTES (the third format's of any length)
 TEXT_KEY = "text"  # the second format's
 PACKED_KEY = "fields"  # the second format's
 PARTS_KEY = "parts"  # a head's pieces: "<count>:<token>" (memory.store.parts)
 DOCUMENT_KEY = "chroma:document"  # where Chroma's write log keeps a record's document
-LEGACY_KEYS = (BODY_KEY, TEXT_KEY, PACKED_KEY)
+SECOND_FORMAT_KEYS = (TEXT_KEY, PACKED_KEY)
 PACKED = frozenset(
     {
         "group_id",
@@ -82,20 +85,29 @@ def stamp() -> str:
 def written(
     ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], *, overwrite: bool = False
 ) -> dict[str, Any]:
-    """Chroma's ``add``/``upsert`` arguments for records (without their embeddings): each document the whole
-    stamped payload, however long (``memory.store.parts`` cuts it). ``overwrite`` (an upsert only): the records
-    may exist in an earlier format with another text (a correction, a redaction, an updated session), and an
-    upsert merges the metadata it writes into what a record holds: the earlier formats' keys are set to None
-    (removed), or the old text would stay."""
-    documents: list[str] = []
+    """Chroma's ``add``/``upsert`` arguments for records (without their embeddings): each stamped payload under
+    BODY_KEY when it fits in a metadata value, else as the record's document however long (None: the record has
+    none; ``memory.store.parts`` writes the two kinds apart and cuts long documents). ``overwrite`` (an upsert
+    only): the records may exist, in this or an earlier format, with another text (a correction, a redaction, an
+    updated session), and an upsert merges what it writes into what a record holds: the other layout's field is
+    emptied (an empty document, BODY_KEY set to None) and the second format's keys set to None, or the old text
+    would stay."""
+    documents: list[str | None] = []
     stored: list[dict[str, Any] | None] = []
     written_at = stamp()
     for text, metadata in zip(texts, metadatas, strict=True):
         kept, packed = packed_apart(metadata)
-        documents.append(written_at + payload(text, packed))
+        stamped = written_at + payload(text, packed)
+        if len(stamped) * 4 <= METADATA_VALUE_BYTES or utf8_bytes(stamped) <= METADATA_VALUE_BYTES:
+            kept[BODY_KEY] = stamped
+            documents.append("" if overwrite else None)
+        else:
+            documents.append(stamped)
+            if overwrite:
+                kept[BODY_KEY] = None
         if overwrite:
-            kept.update(dict.fromkeys(LEGACY_KEYS))
-        stored.append(kept or None)  # Chroma takes no empty metadata (a registry record's keys are all packed)
+            kept.update(dict.fromkeys(SECOND_FORMAT_KEYS))
+        stored.append(kept or None)  # Chroma takes no empty metadata
     return {"ids": list(ids), "documents": documents, "metadatas": stored}
 
 
@@ -121,10 +133,10 @@ def read_back(document: str | None, metadata: Mapping[str, Any] | None) -> tuple
     body = found.pop(BODY_KEY, None)
     text = found.pop(TEXT_KEY, None)
     packed = found.pop(PACKED_KEY, None)
-    written_now = stamped_payload(document)
-    if written_now is not None:
-        found.update(written_now[1])
-        return written_now[0], found
+    in_document = stamped_payload(document)
+    if in_document is not None and (body is None or str(document)[:STAMP_WIDTH] > str(body)[:STAMP_WIDTH]):
+        found.update(in_document[1])
+        return in_document[0], found
     if body is not None:
         text, fields = json.loads(str(body)[STAMP_WIDTH:])
         found.update(fields)

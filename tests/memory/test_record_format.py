@@ -1,8 +1,8 @@
 """Records written in an earlier format read the same as those memory.store.codec writes now, and rewriting
 one leaves none of its old text behind: the first format (text as Chroma's document, every metadata key on
 its own), the second (the text under TEXT_KEY, the packed keys under PACKED_KEY) and the third (the stamped
-payload in one metadata value, BODY_KEY). What is written now (the stamped payload as the document) begins
-with the time of the write."""
+payload in one metadata value, BODY_KEY, whatever its length). What is written now begins with the time of the
+write: under BODY_KEY when it fits in one metadata value, else as the document (tests/memory/test_long_records.py)."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_rewriting_an_earlier_format_record_leaves_none_of_its_old_text(
 
 
 def test_what_is_written_sorts_in_the_order_of_the_writes(make_service: Callable[..., Epimem]) -> None:
-    """Chroma indexes string values in (key, value) order: each record's document begins with the time of its
+    """Chroma indexes string values in (key, value) order: each record's body begins with the time of its
     write, so a later write sorts after an earlier one whatever its text (the end of the index, not a
     random page of it), and the text reads back whole."""
     service = make_service()
@@ -158,8 +158,26 @@ def test_what_is_written_sorts_in_the_order_of_the_writes(make_service: Callable
     )
     ids = [codec.message_record_id("order", f"o-{n}") for n in range(3)]
     found = log.get(ids=ids, include=["documents", "metadatas"])
-    documents = [str(found["documents"][found["ids"].index(i)]) for i in ids]
-    assert len(documents) == 3 and documents == sorted(documents)
-    assert all(codec.BODY_KEY not in (m or {}) for m in found["metadatas"] or [])
-    assert [codec.read_back(d, {})[0] for d in documents] == texts
+    order = [found["ids"].index(i) for i in ids]
+    bodies = [str((found["metadatas"] or [])[i][codec.BODY_KEY]) for i in order]
+    assert len(bodies) == 3 and bodies == sorted(bodies)
+    assert [(found["documents"] or [])[i] for i in order] == [None] * 3  # short: no document
+    assert [codec.read_back(None, (found["metadatas"] or [])[i])[0] for i in order] == texts
     assert [m.content for m in service.history(group_id, "order")] == texts
+
+
+def test_the_later_of_a_body_and_a_document_is_the_record() -> None:
+    """A record written in one layout and again in the other (its text grew past a metadata value, or shrank
+    under it) keeps what the first write left where an upsert merges: the later stamp is the record's text."""
+    short = codec.written(["r"], ["short text"], [{"kind": "episode", "title": "t"}])
+    long_text = "word " * 2000
+    longer = codec.written(["r"], [long_text], [{"kind": "episode", "title": "t"}])
+    (body,) = short["metadatas"]
+    (document,) = longer["documents"]
+    assert short["documents"] == [None] and longer["metadatas"] == [{"kind": "episode"}]
+    assert document[:16] > body["body"][:16]  # written after
+    assert codec.read_back(document, body)[0] == long_text
+    again = codec.written(["r"], ["short again"], [{"kind": "episode", "title": "t"}])
+    (newer,) = again["metadatas"]
+    assert codec.read_back(document, newer) == ("short again", {"kind": "episode", "title": "t"})
+    assert codec.read_back(document, {"kind": "episode"}) == (long_text, {"kind": "episode", "title": "t"})
