@@ -45,10 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _WORKERS: list[dict[str, Any]] = []  # the cloud profile's tallies of pytest-xdist's workers
+PROXIED: Counter[str] = Counter()  # requests the token proxy of the server backend forwarded and refused
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    summary = cloud_profile.TALLY.summary()
+    summary = {**cloud_profile.TALLY.summary(), "proxy": dict(PROXIED)}
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput["cloud_profile"] = json.dumps(summary)
@@ -64,9 +65,17 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    tallies = [*_WORKERS, {**cloud_profile.TALLY.summary(), "proxy": dict(PROXIED)}]
+    proxied: Counter[str] = Counter()
+    for tally in tallies:
+        proxied.update(tally.get("proxy", {}))
+    if proxied:
+        terminalreporter.write_line(
+            f"token proxy of the server backend: {proxied['forwarded']} Chroma requests forwarded, "
+            f"{proxied['refused']} refused"
+        )
     if os.environ.get("EPIMEM_CLOUD_PROFILE", "1") == "0":
         return
-    tallies = [*_WORKERS, cloud_profile.TALLY.summary()]
     by_call: Counter[str] = Counter()
     for tally in tallies:
         by_call.update(tally["by_call"])
@@ -165,6 +174,8 @@ def chroma_deployment(
         return
     deployment = ChromaDeployment.proxied(chroma_server.port, log=tmp_path_factory.mktemp("proxy") / "proxy.log")
     yield deployment
+    if deployment.proxy is not None:
+        PROXIED.update(deployment.proxy.counts())
     deployment.stop()
 
 

@@ -142,21 +142,22 @@ class StoreAdmin(StorePart):
                 **codec.written([r.id for r in batch], [r.document for r in batch], [r.metadata for r in batch]),
                 embeddings=np.stack([cast(np.ndarray, record.embedding) for record in batch]),
             )
-        pieces = old.all_pieces()  # the rebuilt records have pieces of their own
+        pieces = set(old.all_pieces()) - set(new.all_pieces())  # (a record rebuilt unchanged keeps its pieces)
         self._collections.drop(name)
         new.modify(name=name)
-        new.remove_pieces(pieces)
+        new.remove_pieces(sorted(pieces))
         group = next((str(r.metadata["group_id"]) for r in records if "group_id" in r.metadata), None)
         if group is not None:
             versions.changed(self._collections, group)
 
     def _drop_rebuild(self, name: str) -> None:
-        """Drop a rebuild's collection and the pieces of its records."""
+        """Drop a rebuild's collection and the pieces of its records (those its original does not share)."""
         found = self._collections.existing(name)
         if found is not None:
-            pieces = found.all_pieces()
+            original = self._collections.existing(name.removesuffix("-rebuild"))
+            pieces = set(found.all_pieces()) - set(original.all_pieces() if original is not None else [])
             self._collections.drop(name)
-            found.remove_pieces(pieces)
+            found.remove_pieces(sorted(pieces))
 
     @store_call
     def finish_rebuilds(self) -> list[str]:

@@ -4,27 +4,31 @@ A record whose stamped payload (``memory.store.record_format``) is longer than `
 its first piece as its document (the *head*) and the others in *pieces*: records of the group's log (a log
 record's pieces in its own log; those of an episode's or a summary's vector record in the log of its group:
 partitions and indexes hold nothing but vectors). A payload is cut at UTF-8 character boundaries, each piece
-behind the stamp of the write. A piece's id derives from its head's id, a token of the write (16 random hex
-digits) and its number; the head names their count and the token under ``PARTS_KEY`` ("<count>:<token>"); a
-piece's metadata names its head (``part_of``) and its head's session, so that a session's deletion takes its
-pieces with it.
+behind the stamp of the write. A piece's id derives from its head's id, a token of the payload (16 hex digits
+of its digest: the same text written again has the same pieces, and the partition's and the index's record of
+an episode share theirs) and its number; the head names their count and the token under ``PARTS_KEY``
+("<count>:<token>"); a piece's metadata names its head (``part_of``) and its head's session, so that a
+session's deletion takes its pieces with it.
 
-- Writing: pieces first, then heads, then the pieces of the versions the heads replaced are deleted: a reader
-  sees an old head with its old pieces or a new head with its new ones. An upsert reads first which of the
-  heads it replaces have pieces (one read by id, of the records that may have them: any log record, the
-  vector record of an episode or a summary; a message's vector record never has: ``fitted_text``). An add
-  (the first writer of an id wins) reads back the heads it wrote with pieces and deletes its pieces where
-  another writer's head won.
+- Writing: pieces first, then heads, so a reader never meets a head without its pieces. An upsert writes
+  records again unchanged; a rewrite (the text may have changed: a correction, a redaction) reads first which
+  heads it replaces have pieces (one read by id, of the records that may have them: any log record, the vector
+  record of an episode or a summary; a message's vector record never has any) and deletes their pieces once
+  the new heads are written. An add (the first writer of an id wins) reads back the heads it wrote with pieces
+  and deletes its pieces where another writer's head won.
 - Reading: a head's pieces are read by id and joined (a head replaced meanwhile is read again); pieces are
   never handed out as records.
 - Deleting a head deletes its pieces.
+
+Two rewrites of one record at the same moment (two servers updating one session's record) can leave the pieces
+of the one that lost unnamed by any head until the session or group is deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
-import secrets
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from memory.errors import StoreUnavailableError
@@ -150,51 +154,69 @@ class RecordCollection(BoundedCollection):
     # -- writes -----------------------------------------------------------------------------------------
 
     def add(self, **columns: Any) -> None:
-        self._put(columns, insert=True)
+        """Chroma's ``add`` (the first writer of an id wins); where another writer's head won, the pieces this
+        write wrote belong to nobody and are deleted."""
+        mine = self._put(columns, insert=True)
+        if mine:
+            stored = self.pieces_of(list(mine))
+            self.remove_pieces([piece for head, found in mine.items() if stored.get(head) != found for piece in found])
 
     def upsert(self, **columns: Any) -> None:
+        """Chroma's ``upsert`` of records whose text, if they exist, is the same (a record written again: its
+        pieces' ids are the same too)."""
         self._put(columns, insert=False)
 
-    def _put(self, columns: dict[str, Any], *, insert: bool) -> None:
+    def rewrite(self, *, later: bool = False, **columns: Any) -> list[str]:
+        """An upsert of records whose text may have changed (a correction, a redaction, a session updated): the
+        pieces of the versions it replaces are deleted once the new heads are written (``later``: returned
+        instead, for the caller to delete once the record's twin in another collection is written too)."""
+        ids, metadatas = columns["ids"], columns["metadatas"]
+        before = self.pieces_of([i for i, m in zip(ids, metadatas, strict=True) if self._may(m)])
+        after = self._put(columns, insert=False, replaced=set(before))
+        stale = sorted({piece for found in before.values() for piece in found} - _all(after))
+        if later:
+            return stale
+        self.remove_pieces(stale)
+        return []
+
+    def _may(self, metadata: Mapping[str, Any] | None) -> bool:
+        return (metadata or {}).get("kind") != PART_KIND and self._may_have_pieces(metadata or {})
+
+    def _put(
+        self, columns: dict[str, Any], *, insert: bool, replaced: AbstractSet[str] = frozenset()
+    ) -> dict[str, list[str]]:
+        """Write records, each long document cut into a head and pieces (pieces first); ``replaced``: records
+        that had pieces, whose PARTS_KEY goes where the new version has none. Returns the pieces by head."""
         ids = list(columns["ids"])
         documents = list(columns["documents"]) if columns.get("documents") is not None else None
         metadatas = [dict(m or {}) for m in columns["metadatas"]]
-        cuts = {i: cut(str(d)) for i, d in enumerate(documents or []) if d is not None and len(d) * 4 > DOCUMENT_BYTES}
-        cuts = {i: found for i, found in cuts.items() if len(found) > 1}
-        maybe = [ids[i] for i, m in enumerate(metadatas) if m.get("kind") != PART_KIND and self._may_have_pieces(m)]
-        replaced = {} if insert or documents is None else self._pieces_of(maybe)
-        if (cuts or replaced) and self._home is None:
-            raise ValueError(f"{self.name} holds no record longer than one document")
-        token = secrets.token_hex(8)
         pieces: dict[str, Any] = {"ids": [], "documents": [], "metadatas": []}
         mine: dict[str, list[str]] = {}
-        for i, found in cuts.items():
+        for i, document in enumerate(documents or []):
+            found = cut(document) if document is not None and len(document) * 4 > DOCUMENT_BYTES else [document]
+            if len(found) == 1:
+                if ids[i] in replaced:
+                    metadatas[i][PARTS_KEY] = None  # removed by the upsert
+                continue
+            if self._home is None:
+                raise ValueError(f"{self.name} holds no record longer than one document")
             assert documents is not None
             documents[i] = found[0]
-            metadatas[i][PARTS_KEY] = f"{len(found)}:{token}"
+            metadatas[i][PARTS_KEY] = f"{len(found)}:{_token(found)}"
             mine[ids[i]] = piece_ids(ids[i], metadatas[i][PARTS_KEY])
             session = {"session_id": metadatas[i]["session_id"]} if "session_id" in metadatas[i] else {}
             pieces["ids"] += mine[ids[i]]
             pieces["documents"] += found[1:]
             pieces["metadatas"] += [{"kind": PART_KIND, PART_OF_KEY: ids[i], **session}] * (len(found) - 1)
-        for i, record_id in enumerate(ids):
-            if record_id in replaced and i not in cuts:
-                metadatas[i][PARTS_KEY] = None  # removed by the upsert
-        columns = {**columns, "documents": documents, "metadatas": [m or None for m in metadatas]}
         if pieces["ids"]:
             home = self.home(create=True)
             assert home is not None
             home.upsert(**pieces, embeddings=[PLACEHOLDER] * len(pieces["ids"]))
+        columns = {**columns, "documents": documents, "metadatas": [m or None for m in metadatas]}
         (super().add if insert else super().upsert)(**columns)
-        stale = [piece for pieces_of in replaced.values() for piece in pieces_of]
-        if insert and mine:  # where another writer's head won, these pieces belong to nobody
-            stored = self._pieces_of(list(mine))
-            stale += [piece for head, found in mine.items() if stored.get(head) != found for piece in found]
-        home = self.home(create=False) if stale else None
-        if home is not None:
-            home.delete(stale)
+        return mine
 
-    def _pieces_of(self, ids: Sequence[str]) -> dict[str, list[str]]:
+    def pieces_of(self, ids: Sequence[str]) -> dict[str, list[str]]:
         """The piece ids of those of these records that are heads with pieces."""
         if not ids:
             return {}
@@ -236,14 +258,26 @@ class RecordCollection(BoundedCollection):
 
     def all_pieces(self) -> list[str]:
         """The ids of the pieces of every head of this collection."""
-        return [piece for found in self._pieces_of(self.list_ids()).values() for piece in found]
+        return [piece for found in self.pieces_of(self.list_ids()).values() for piece in found]
 
     def remove_pieces(self, ids: Sequence[str]) -> None:
-        """Delete pieces by id (those of a collection dropped by a rebuild, whose records were written again
-        with pieces of their own)."""
+        """Delete pieces by id (those of records replaced or dropped)."""
         home = self.home(create=False) if ids else None
         if home is not None:
             home.delete(list(ids))
+
+
+def _token(documents: Sequence[str]) -> str:
+    """A payload's own token (its pieces without their stamps): written again unchanged, a record's pieces keep
+    their ids (the partition's and the index's record of an episode share theirs)."""
+    digest = hashlib.sha256()
+    for document in documents:
+        digest.update(document[STAMP_WIDTH:].encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]
+
+
+def _all(found: Mapping[str, list[str]]) -> set[str]:
+    return {piece for pieces in found.values() for piece in pieces}
 
 
 def _without(found: dict[str, Any], drop: list[int]) -> dict[str, Any]:

@@ -85,15 +85,19 @@ class VectorStore(StorePart):
 
     @store_call
     def replace(self, group_id: str, session_id: str, record: VectorRecord) -> None:
-        """Overwrite a record (upsert merges metadata: keys the new record lacks are removed)."""
+        """Overwrite a record (upsert merges metadata: keys the new record lacks are removed). The pieces of the
+        version it replaces (memory.store.parts) go once the partition and the index both hold the new one."""
         partition = self._collections.vectors(group_id, session_id)
         current = partition.get(ids=[record.id], include=["metadatas"])["metadatas"] if partition is not None else None
         columns = _columns([record], overwrite=True)
         stale = sorted(set((current or [{}])[0] or {}) - set(columns["metadatas"][0]) - {PARTS_KEY})
-        for collection in self._both(group_id, session_id, create=True):
-            collection.upsert(**columns)
+        both = self._both(group_id, session_id, create=True)
+        replaced: set[str] = set()
+        for collection in both:
+            replaced.update(collection.rewrite(**columns, later=True))  # (the two records share their pieces)
             if stale:  # a key updated to None is removed
                 collection.update(ids=[record.id], metadatas=cast(Any, [dict.fromkeys(stale)]))
+        both[0].remove_pieces(sorted(replaced))
         versions.changed(self._collections, group_id, change=Change(records=(record,), merge=False))
 
     @store_call

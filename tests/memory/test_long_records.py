@@ -58,6 +58,16 @@ def test_a_long_message_is_stored_whole_and_verbatim(make_service, group_id: str
     assert read.content == episode.content and marker in read.content  # the episode's content, in pieces too
     assert [m.id for m in service.episode_messages(group_id, read)] == ["a-0", "a-1", "a-2"]
     assert [m.content for m in service.history(group_id, "s")] == [lines[0]["content"], text, lines[2]["content"]]
+    # The episode's record (partition and index) shares its pieces; a correction replaces them.
+    assert any(p["part_of"] == episode.uuid for p in pieces_in_log(service, group_id))
+    service.correct_episode(group_id, "s", episode.uuid, content="A short account of a long message.")
+    assert not any(p["part_of"] == episode.uuid for p in pieces_in_log(service, group_id))
+    (corrected,) = service.timeline(group_id, limit=10).episodes
+    assert corrected.content == "A short account of a long message."
+    service.correct_episode(group_id, "s", episode.uuid, content=f"Long again: {text[:60_000]}")
+    (corrected,) = service.timeline(group_id, limit=10).episodes
+    assert corrected.content == f"Long again: {text[:60_000]}"
+    assert any(h.episode.content == corrected.content for h in service.search(group_id, "long again fox", k=3))
 
 
 def test_deleting_or_redacting_a_long_message_takes_its_pieces(make_service, group_id: str) -> None:
