@@ -182,6 +182,7 @@ def build_connection(settings: Settings, closers: ExitStack) -> Any:
         max_open=settings.chroma_max_open,
         deployment=settings.chroma_deployment(),
         slots=CollectionSlots(reads=settings.chroma_concurrent_reads, writes=settings.chroma_concurrent_writes),
+        listing_page=settings.chroma_listing_page,
     )
     if not settings.chroma_host:
         closers.callback(release_folder, settings.data_dir)

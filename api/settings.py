@@ -55,6 +55,15 @@ class Settings(BaseSettings):
         le=1000,
         description="Chroma reads in flight per collection in this process (Chroma Cloud allows 10).",
     )
+    chroma_listing_page: int = Field(
+        default=300,
+        ge=2,
+        le=1_000_000,
+        description="Records one page of a listing (every record of a collection, or those a filter selects) asks "
+        "Chroma for. 300 is Chroma Cloud's quota; a local Chroma (embedded or `chroma run`) answers a listing in "
+        "time that grows with each page's offset, so a group of tens of thousands of records is read faster with "
+        "a larger page there (docs/storage.md).",
+    )
     chroma_concurrent_writes: int = Field(
         default=10,
         ge=1,

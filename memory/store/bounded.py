@@ -85,9 +85,10 @@ def batches(count: int, size: int) -> Iterator[slice]:
 class BoundedCollection:
     """A Chroma collection whose every call stays within the quotas (the module's docstring)."""
 
-    def __init__(self, collection: Any, slots: CollectionSlots) -> None:
+    def __init__(self, collection: Any, slots: CollectionSlots, *, listing_page: int = RESULTS_PER_READ) -> None:
         self.chroma = collection  # the chromadb Collection
         self._slots = slots
+        self.listing_page = listing_page  # records a page of a listing asks for (memory.store.paging.list_ids)
 
     @property
     def name(self) -> str:
@@ -126,7 +127,7 @@ class BoundedCollection:
         ``limit`` (at most ``RESULTS_PER_READ``), one page of them."""
         wanted = list(include)
         if limit is not None:
-            if limit > RESULTS_PER_READ:
+            if limit > max(RESULTS_PER_READ, self.listing_page):
                 raise ValueError(f"a read returns at most {RESULTS_PER_READ} records, not {limit}")
             return self._get(where=where, limit=limit, offset=offset, include=wanted)
         if ids is None:

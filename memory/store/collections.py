@@ -40,12 +40,12 @@ class Collections:
         """A Chroma collection as the store calls it: the registry's records never have pieces, a log keeps its
         records' pieces itself, any other epimem collection (partitions, indexes, their rebuilds) in the log
         of its group; a message's vector record never has any."""
-        name, slots = str(collection.name), self.connection.slots
+        name, slots, page = str(collection.name), self.connection.slots, self.connection.listing_page
         metadata = collection.metadata or {}
         if name == codec.REGISTRY or "group_id" not in metadata:
-            return RecordCollection(collection, slots)
+            return RecordCollection(collection, slots, listing_page=page)
         if name.startswith(LOG_PREFIX):
-            wrapped = RecordCollection(collection, slots, home=lambda create: wrapped)
+            wrapped = RecordCollection(collection, slots, home=lambda create: wrapped, listing_page=page)
             return wrapped
         group = metadata["group_id"]
         return RecordCollection(
@@ -53,6 +53,7 @@ class Collections:
             slots,
             home=lambda create: self._log_by_name(codec.log_name_of(group), group, create=create),
             may_have_pieces=lambda record: record.get("kind") != "message",
+            listing_page=page,
         )
 
     def open(self, name: str, *, metadata: dict[str, Any], create: bool = True) -> RecordCollection | None:

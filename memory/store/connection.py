@@ -42,6 +42,7 @@ from memory.store.codec import PARTITION_PREFIX
 from memory.store.deployment import Deployment, connect
 from memory.store.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.store.folder_lock import lock_folder
+from memory.store.paging import PAGE
 from memory.store.snapshot_files import SnapshotFiles
 from memory.store.write_log_index import index_write_log
 
@@ -87,9 +88,11 @@ class ChromaConnection:
         partitions: Engine | None = None,
         stop_opened: Callable[[set[str]], None] | None = None,
         slots: CollectionSlots | None = None,
+        listing_page: int = PAGE,
     ) -> None:
         self.path = path if stop is not None else None  # the embedded folder; None with a server
         self.slots = slots or CollectionSlots()  # Chroma calls in flight per collection (memory.store.bounded)
+        self.listing_page = listing_page  # records a page of a listing asks for (memory.store.paging)
         self._stop = stop
         self.recycle_after = recycle_after if stop is not None else 0
         self._max_open = max_open
@@ -281,14 +284,16 @@ def open_connection(
     max_open: int = 256,
     deployment: Deployment | None = None,
     slots: CollectionSlots | None = None,
+    listing_page: int = PAGE,
 ) -> ChromaConnection:
     """A connection to a Chroma deployment if a host is given (``deployment``: its tenant, database and token;
     memory.store.deployment), else the process's embedded Chroma under ``data_dir/chroma`` (one connection per
-    folder, shared: a restart must reach every user). ``slots``: the Chroma calls in flight per collection."""
+    folder, shared: a restart must reach every user). ``slots``: the Chroma calls in flight per collection;
+    ``listing_page``: the records a page of a listing asks for (memory.store.paging)."""
     if host:
         reached = deployment or Deployment(host=host, port=port, ssl=ssl, timeout_s=timeout_s)
         client = connect(reached)  # the start's checks, once
-        return ChromaConnection(lambda: client, max_open=max_open, slots=slots)
+        return ChromaConnection(lambda: client, max_open=max_open, slots=slots, listing_page=listing_page)
     lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
     fill_fresh_memory()
     bound_arenas()
@@ -309,6 +314,7 @@ def open_connection(
                 path=path,
                 partitions=_partitions_engine(partitions) if apart else None,
                 slots=slots,
+                listing_page=listing_page,
             )
             _EMBEDDED[str(path)] = connection
         else:  # the folder is already open in this process: the tighter bounds win

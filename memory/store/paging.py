@@ -18,29 +18,30 @@ WRITE_BATCH = RECORDS_PER_WRITE  # records per Chroma write
 LISTING_TRIES = 5  # listings started again because entries were deleted under them
 
 
-def listed(page: Callable[[int, int], list[str]], what: str) -> list[str]:
-    """Everything ``page(offset, limit)`` lists, PAGE at a time. Chroma lists records (and collections) in the
+def listed(page: Callable[[int, int], list[str]], what: str, size: int = PAGE) -> list[str]:
+    """Everything ``page(offset, limit)`` lists, ``size`` at a time. Chroma lists records (and collections) in the
     order they were first written, so a delete before the cursor would shift an entry out of both pages:
     each page starts at the last entry of the one before, and a listing whose pages do not meet starts again."""
     for _ in range(LISTING_TRIES):
         found: list[str] = []
         while True:
-            entries = page(max(len(found) - 1, 0), PAGE)
+            entries = page(max(len(found) - 1, 0), size)
             if found and (not entries or entries[0] != found[-1]):
                 break  # the pages do not meet: something before the cursor was deleted
             found += entries[1:] if found else entries
-            if len(entries) < PAGE:
+            if len(entries) < size:
                 return found
     raise StoreUnavailableError(f"{what} kept changing while they were listed", retry_after=1)
 
 
 def list_ids(collection: Any, where: Any = None) -> list[str]:
-    """The ids of a collection's records that match ``where`` (all of them without it)."""
+    """The ids of a collection's records that match ``where`` (all of them without it), in pages of the
+    collection's ``listing_page`` (PAGE for a plain Chroma collection)."""
 
     def page(offset: int, limit: int) -> list[str]:
         return list(collection.get(where=where, limit=limit, offset=offset, include=[])["ids"])
 
-    return listed(page, f"records of {collection.name}")
+    return listed(page, f"records of {collection.name}", getattr(collection, "listing_page", PAGE))
 
 
 def collections_of(client: Any) -> list[Any]:

@@ -33,6 +33,7 @@ from typing import Any
 
 from memory.errors import StoreUnavailableError
 from memory.store.bounded import BoundedCollection, CollectionSlots
+from memory.store.paging import PAGE
 from memory.store.quotas import DOCUMENT_BYTES
 from memory.store.record_format import PARTS_KEY, STAMP_WIDTH
 
@@ -85,8 +86,9 @@ class RecordCollection(BoundedCollection):
         *,
         home: Home | None = None,
         may_have_pieces: Callable[[Mapping[str, Any]], bool] = lambda _: True,
+        listing_page: int = PAGE,
     ) -> None:
-        super().__init__(collection, slots)
+        super().__init__(collection, slots, listing_page=listing_page)
         self._home = home
         self._may_have_pieces = may_have_pieces if home is not None else (lambda _: False)
 

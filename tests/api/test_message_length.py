@@ -30,7 +30,7 @@ def client(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransform
 
 def test_the_default_caps_take_the_longest_message_escaped_as_it_may_be(client: TestClient) -> None:
     assert CAP >= 400_000  # the longest BEAM message is 348,853 characters
-    content = "a \"quoted\" é\n" + "🦊🚀" * ((CAP - 16) // 2) + "end"
+    content = 'a "quoted" é\n' + "🦊🚀" * ((CAP - 16) // 2) + "end"
     assert len(content) == CAP
     body = json.dumps({"messages": [{"id": "long", "content": content, "timestamp": T0.isoformat()}]})
     assert len(body.encode()) > 5 * 1024 * 1024  # escaped, it is more than the body cap used to allow
