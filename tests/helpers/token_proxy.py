@@ -17,6 +17,7 @@ import argparse
 import http.client
 import json
 import secrets
+import socket
 import subprocess
 import sys
 import threading
@@ -60,6 +61,7 @@ class _Proxy(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in separate writes: no delayed-ACK stall between
     server: _Proxy
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
@@ -113,6 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
             connection = getattr(self.server.local, "connection", None)
             if connection is None:
                 connection = http.client.HTTPConnection(*self.server.upstream, timeout=120)
+                connection.connect()
+                connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.server.local.connection = connection
             try:
                 connection.request(self.command, self.path, body=body or None, headers=headers)
