@@ -31,6 +31,7 @@ from memory.lifecycle.sweeper import RetentionSweeper
 from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.service import MemoryService
+from memory.store.bounded import CollectionSlots
 from memory.store.connection import open_connection
 from memory.store.factory import Store, open_store
 from memory.store.folder_lock import release_folder
@@ -196,16 +197,16 @@ def lazy_embedder(settings: Settings) -> LazyEmbedder:
 
 
 def build_connection(settings: Settings, closers: ExitStack) -> Any:
-    """A Chroma server connection, or the process's embedded Chroma on the data folder (its folder
+    """A Chroma deployment's connection, or the process's embedded Chroma on the data folder (its folder
     lock is released when the service closes)."""
     connection = open_connection(
         data_dir=settings.data_dir,
         host=settings.chroma_host,
-        port=settings.chroma_port,
-        ssl=settings.chroma_ssl,
-        timeout_s=settings.chroma_timeout_s,
         recycle_after=settings.chroma_recycle_after,
         max_open=settings.chroma_max_open,
+        deployment=settings.chroma_deployment(),
+        slots=CollectionSlots(reads=settings.chroma_concurrent_reads, writes=settings.chroma_concurrent_writes),
+        listing_page=settings.chroma_listing_page,
     )
     if not settings.chroma_host:
         closers.callback(release_folder, settings.data_dir)

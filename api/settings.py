@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from memory.store.deployment import Deployment
 
 
 class Settings(BaseSettings):
@@ -20,10 +23,57 @@ class Settings(BaseSettings):
 
     # Chroma: no host = embedded PersistentClient under data_dir/chroma.
     chroma_host: str | None = Field(
-        default=None, description="A Chroma server's host: set, the store is that server instead of the data folder."
+        default=None,
+        description="A Chroma deployment (a `chroma run` server, a distributed Chroma, Chroma Cloud: "
+        "api.trychroma.com with chroma_ssl and port 443) instead of the embedded store.",
     )
     chroma_port: int = Field(default=8000, ge=1, le=65535, description="The Chroma server's port.")
     chroma_ssl: bool = Field(default=False, description="Talk to the Chroma server over HTTPS.")
+    chroma_tenant: str = Field(
+        default="default_tenant",
+        min_length=1,
+        description="The deployment's tenant (Chroma Cloud: your tenant's id); created at start if it is missing "
+        "and the deployment allows it, else the start fails naming it.",
+    )
+    chroma_database: str = Field(
+        default="default_database",
+        min_length=1,
+        max_length=128,
+        description="The tenant's database that holds epimem's collections; created at start if it is missing "
+        "and the deployment allows it, else the start fails naming it.",
+    )
+    chroma_token: SecretStr | None = Field(
+        default=None,
+        description="A token sent with every Chroma request (Chroma Cloud's API key, or what a token-checking "
+        "proxy in front of a Chroma server expects); a refused token stops the start with an error saying so.",
+    )
+    chroma_token_header: str = Field(
+        default="x-chroma-token",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9-]+$",
+        description="The header the token is sent in (`x-chroma-token`: Chroma Cloud's).",
+    )
+    chroma_concurrent_reads: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="Chroma reads in flight per collection in this process (Chroma Cloud allows 10).",
+    )
+    chroma_listing_page: int = Field(
+        default=300,
+        ge=2,
+        le=1_000_000,
+        description="Records one page of a listing (every record of a collection, or those a filter selects) asks "
+        "Chroma for. 300 is Chroma Cloud's quota; a local Chroma (embedded or `chroma run`) answers a listing in "
+        "time that grows with each page's offset, so a group of tens of thousands of records is read faster with "
+        "a larger page there (docs/storage.md).",
+    )
+    chroma_concurrent_writes: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="Chroma writes in flight per collection in this process (Chroma Cloud allows 10).",
+    )
     chroma_recycle_after: int = Field(
         default=32,
         ge=0,
@@ -45,7 +95,9 @@ class Settings(BaseSettings):
     coordination: Literal["auto", "local", "lease"] = Field(
         default="auto", description="auto = a lease in Chroma with a Chroma server, thread locks when embedded."
     )
-    node_id: str | None = Field(default=None, description="This server's name in leases; default host-pid.")
+    node_id: str | None = Field(
+        default=None, max_length=256, description="This server's name in leases; default host-pid."
+    )
     lease_ttl_s: float = Field(default=30.0, gt=0, description="A formation lease expires this long after renewal.")
     lease_wait_s: float = Field(default=120.0, gt=0, description="How long a flush waits for another server's lease.")
     formation_scan_interval_s: float | None = Field(
@@ -197,7 +249,11 @@ class Settings(BaseSettings):
         "off by default, because a query may hold personal data.",
     )
     max_body_bytes: int = Field(
-        default=5 * 1024 * 1024, ge=1024, description="Largest request body but an import's (413 beyond)."
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body (imports: max_import_bytes). The default holds a message of "
+        "max_message_chars however it is escaped (12 bytes a character at worst, an astral character as a JSON "
+        "surrogate-pair escape); raise both together.",
     )
     max_import_bytes: int = Field(
         default=2 * 1024 * 1024 * 1024,
@@ -205,7 +261,12 @@ class Settings(BaseSettings):
         description="Largest import body (streamed, not held twice): an export of a large group passes.",
     )
     max_messages_per_batch: int = Field(default=1000, ge=1, description="Most messages in one add.")
-    max_message_chars: int = Field(default=50_000, ge=1, description="Longest message content, in characters.")
+    max_message_chars: int = Field(
+        default=500_000,
+        ge=1,
+        description="Longest message content accepted, in characters (the longest message of the BEAM chats is "
+        "348,853); stored whole and verbatim, in document-sized records.",
+    )
 
     # Operating many tenants: retention sweeps, change events to webhooks.
     retention_sweep_interval_s: float = Field(
@@ -235,6 +296,23 @@ class Settings(BaseSettings):
     @property
     def webhook_hosts(self) -> list[str]:
         return [host.strip() for host in self.webhook_allow_hosts.split(",") if host.strip()]
+
+    def chroma_deployment(self) -> Deployment | None:
+        """The Chroma deployment these settings name (host, TLS, tenant, database, token), or None: embedded."""
+        if not self.chroma_host:
+            return None
+        from memory.store.deployment import Deployment  # chromadb: only where a store is opened
+
+        return Deployment(
+            host=self.chroma_host,
+            port=self.chroma_port,
+            ssl=self.chroma_ssl,
+            tenant=self.chroma_tenant,
+            database=self.chroma_database,
+            token=self.chroma_token.get_secret_value() if self.chroma_token else None,
+            token_header=self.chroma_token_header,
+            timeout_s=self.chroma_timeout_s,
+        )
 
     @property
     def llm_configured(self) -> bool:

@@ -3,7 +3,8 @@
 Every check fails with ``StartupError`` (one plain line for the terminal, exit status 2) before the
 model loads or the store opens: the data folder (exists or can be created, is a folder, writable),
 the port (bound here, then handed to uvicorn, so no other process can take it in between), the key
-file, and the folder lock of an embedded store.
+file, the folder lock of an embedded store, and a Chroma deployment (it answers, takes the token, and
+has the tenant and database or lets them be created).
 """
 
 from __future__ import annotations
@@ -72,11 +73,26 @@ def check_keys(settings: Settings) -> KeyRing:
         raise StartupError(error.message) from None
 
 
+def check_deployment(settings: Settings) -> None:
+    """The Chroma deployment answers, takes the token, and has the tenant and database (or made them)."""
+    from memory.store.deployment import connect  # chromadb: only for a start on a Chroma deployment
+
+    deployment = settings.chroma_deployment()
+    if deployment is None:
+        return
+    try:
+        connect(deployment)
+    except EpimemError as error:
+        raise StartupError(error.message) from None
+
+
 def check_before_loading(settings: Settings, *, host: str, port: int) -> tuple[KeyRing, socket.socket]:
     """Every check that needs no model; the embedded folder's lock is taken and kept for the process.
     Returns the keys and the bound socket. The port is bound before anything touches the data folder: a busy
     port stops the start with the folder as it was (not created, no ``epimem.lock`` written)."""
     keys = check_keys(settings)
+    if settings.chroma_host is not None:
+        check_deployment(settings)
     sock = bind_port(host, port)
     if settings.chroma_host is None:
         try:

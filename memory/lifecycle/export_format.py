@@ -36,6 +36,7 @@ from memory.json_lines import one_line
 from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
+from memory.store.quotas import ID_BYTES, utf8_bytes
 
 FORMAT = "epimem-export"
 VERSION = 1
@@ -180,6 +181,10 @@ def _add_record(parsed: ExportContents, item: dict[str, Any], number: int, place
         parsed.messages.append(_not_reserved(StoredMessage.model_validate(item["record"]), number))
     elif kind in (EpisodeType.EPISODE, EpisodeType.SUMMARY):
         episode = Episode.model_validate(item["episode"])
+        if utf8_bytes(episode.uuid) > ID_BYTES:  # the id of its record in Chroma
+            raise InvalidInputError(
+                f"line {number}: an episode id is at most {ID_BYTES} bytes", details={"line": number}
+            )
         if episode.episode_type.value != kind:
             raise InvalidInputError(f"line {number}: a {kind} line holds a {episode.episode_type.value}")
         if kind == EpisodeType.EPISODE:

@@ -47,7 +47,7 @@ from chromadb.api import ClientAPI
 from chromadb.config import Settings as ChromaSettings
 
 from memory.store import codec
-from memory.store.paging import pages
+from memory.store.paging import collections_of, pages
 
 log = logging.getLogger("epimem.erasure")
 
@@ -127,7 +127,7 @@ def rebuild_collection(client: ClientAPI, name: str) -> None:
     """Replace a collection by a copy of its live records (same name, metadata and vectors)."""
     old = client.get_collection(name, embedding_function=None)
     temporary = f"{name}{REBUILD_SUFFIX}"
-    if temporary in {c.name for c in client.list_collections()}:
+    if temporary in {c.name for c in collections_of(client)}:
         client.delete_collection(temporary)  # an earlier attempt that did not finish; the original is intact
     metadata = dict(old.metadata or {}) or None
     space = (old.configuration or {}).get("hnsw", {}) or {}
@@ -303,7 +303,7 @@ def erase(
     makes sure no other call uses the engine meanwhile. Returns the new client and the report."""
     began = time.perf_counter()
     report = ErasureReport(bytes_before=_size(folder))
-    existing = {c.name for c in client.list_collections()}
+    existing = {c.name for c in collections_of(client)}
     found = set(residue_collections(folder)) if residue else set()
     wanted = sorted((found | set(names)) & existing)
     for name in wanted:

@@ -22,11 +22,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from chromadb.api.models.Collection import Collection
-
 from memory.store import codec
 from memory.store.calls import StorePart, store_call
 from memory.store.paging import pages
+from memory.store.parts import RecordCollection
 from memory.timeutil import from_epoch, to_epoch
 
 KEYS = "epm-keys"
@@ -83,7 +82,7 @@ class StoredKey:
 class KeyStore(StorePart):
     """The ``KeyRecords`` seam over Chroma."""
 
-    def _collection(self) -> Collection:
+    def _collection(self) -> RecordCollection:
         collection = self._collections.open(KEYS, metadata={"epimem": "keys"})
         assert collection is not None
         return collection
@@ -148,7 +147,7 @@ def hashed_group(group_id: str) -> str:
     return codec.digest("group", group_id)[:32]
 
 
-def _new_stamp(collection: Collection) -> str:
+def _new_stamp(collection: RecordCollection) -> str:
     stamp = uuid.uuid4().hex
     collection.upsert(
         ids=[STAMP_ID], documents=[stamp], metadatas=[{"kind": "stamp"}], embeddings=codec.placeholders(1)

@@ -106,7 +106,9 @@ def read_snapshot(
         snapshot.messages = {}
         if log is not None:
             opened = lambda: collections.log(group_id, create=False)  # noqa: E731
-            pages = _pages(opened, ["documents", "metadatas"], call, cancelled, where={"kind": "message"})
+            # Every record, its kind checked here: a filtered listing costs Chroma a scan of the log for each page
+            # (memory.store.paging), an unfiltered one a skip to the page.
+            pages = _pages(opened, ["documents", "metadatas"], call, cancelled)
             snapshot.messages = _messages(pages, group_id)
     snapshot.nbytes = estimate_bytes(snapshot)
     return snapshot
@@ -148,5 +150,6 @@ def _messages(pages: Iterator[Any], group_id: str) -> dict[str, Message]:
     found: dict[str, Message] = {}
     for page in pages:
         for record_id, document, metadata in codec.rows_of(page):
-            found[record_id] = codec.stored_from_log(group_id, document, metadata).message
+            if metadata.get("kind") == "message":
+                found[record_id] = codec.stored_from_log(group_id, document, metadata).message
     return found

@@ -19,10 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from chromadb.api.models.Collection import Collection
-
 from memory.store import codec
 from memory.store.calls import StorePart, store_call
+from memory.store.parts import RecordCollection
 
 USAGE = "epm-usage"
 NODE_PREFIX = "n."
@@ -61,7 +60,7 @@ class CounterValue:
 class UsageStore(StorePart):
     """The ``UsageRecords`` seam over Chroma."""
 
-    def _collection(self) -> Collection:
+    def _collection(self) -> RecordCollection:
         collection = self._collections.open(USAGE, metadata={"epimem": "usage"})
         assert collection is not None
         return collection

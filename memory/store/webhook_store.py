@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, cast
 
-from chromadb.api.models.Collection import Collection
-
 from memory.store import codec
 from memory.store.calls import StorePart, store_call
 from memory.store.paging import PAGE
+from memory.store.parts import RecordCollection
 
 NAME = "epm-webhooks"
 Row = tuple[str, str]  # a record's own id (subscription, event or attempt id) and its JSON
@@ -27,7 +26,7 @@ def _event_record(subscription_id: str, event_id: str) -> str:
 
 
 class WebhookStore(StorePart):
-    def _collection(self, *, create: bool = False) -> Collection | None:
+    def _collection(self, *, create: bool = False) -> RecordCollection | None:
         return self._collections.open(NAME, metadata={"epimem": "webhooks"}, create=create)
 
     def _put(self, ids: Sequence[str], documents: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
