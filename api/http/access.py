@@ -100,7 +100,7 @@ def add_within_limits(
     return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, messages, add, stored)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Imported:
     """A message of an import as the limits count it (its id made unique across the file's sessions)."""
 

@@ -195,11 +195,11 @@ class Retention:
             "summaries": removed.summaries,
             "repaired": repaired,
         }
-        done = receipt.model_copy(update=update).counted()
+        swept = receipt.model_copy(update=update).counted()
         if before_erase is not None:
-            before_erase(done)
+            before_erase(swept)
         self._admin.erase(group_id, [*receipt.sessions, GROUP_SUMMARY_SESSION])
-        return done
+        return swept
 
     def covered_sessions(self, group_id: str, sessions: Sequence[str] | None = None) -> list[str]:
         """The sessions a policy covers (what a sweep must hold)."""
