@@ -121,7 +121,7 @@ def test_webhooks_from_the_command_line_on_a_running_epimem(running: Any, group_
     assert SECRET not in out and "secret" not in made
 
     code, out, _ = cli("webhooks", "list", "--json", EPIMEM_URL=server.url, EPIMEM_API_KEY=ROOT)
-    assert code == 0 and [w["id"] for w in json.loads(out)] == [made["id"]] and SECRET not in out
+    assert code == 0 and made["id"] in [w["id"] for w in json.loads(out)] and SECRET not in out  # a shared server
     code, table, _ = cli("webhooks", "list", *root, COLUMNS="200")
     assert code == 0 and made["id"] in table and hook in table
     code, out, _ = cli("webhooks", "deliveries", made["id"], "--limit", "5", *root, "--json")
@@ -132,7 +132,7 @@ def test_webhooks_from_the_command_line_on_a_running_epimem(running: Any, group_
         async with AsyncEpimemClient(server.url, api_key=ROOT) as client:
             return [w.id for w in await client.webhook_subscriptions()]
 
-    assert asyncio.run(listed()) == [made["id"]]
+    assert made["id"] in asyncio.run(listed())
     code, out, _ = cli("webhooks", "delete", made["id"], *root)
     assert code == 0 and "removed" in out
     code, _, err = cli("webhooks", "deliveries", made["id"], *root)
