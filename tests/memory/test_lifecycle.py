@@ -193,7 +193,7 @@ class _CountingCollection:
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._collection, name)
-        if name not in ("add", "upsert", "update", "delete") or not self._faults.armed:
+        if name not in ("add", "upsert", "update", "delete", "rewrite", "remove", "modify") or not self._faults.armed:
             return attribute
 
         def write(*args: Any, **kwargs: Any) -> Any:
