@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedder
 from memory.embedding.lazy import LazyEmbedder
+from memory.engine.folder_lock import release_folder
 from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
 from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
@@ -29,7 +30,6 @@ from memory.llm.stats import LLMCallStats, Reporting
 from memory.service import MemoryService
 from memory.store.connection import open_connection
 from memory.store.factory import Store, open_store
-from memory.store.folder_lock import release_folder
 from retrieval.context import ContextBuilder
 from retrieval.overview import Overview
 from retrieval.search import Searcher

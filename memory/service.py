@@ -37,9 +37,9 @@ from memory.lifecycle.transfer import Transfer
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
+from memory.readmodel.cache import CacheStats
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt, RedactionReceipt
 from memory.store.factory import Store
-from memory.store.snapshots import CacheStats
 
 log = logging.getLogger("epimem")
 
@@ -56,7 +56,7 @@ class ServiceStats:
     open_collections: int
     formation_queue: int | None  # None without a background worker
     formation_failures: int
-    read_cache: CacheStats | None = None  # the read path's snapshots (memory.store.snapshots)
+    read_cache: CacheStats | None = None  # the read path's snapshots (memory.readmodel.cache)
 
 
 class MemoryService:

@@ -21,8 +21,8 @@ from retrieval.bm25 import Postings, tokenize
 __all__ = ["KeywordCache", "KeywordIndex", "keyword_text", "tokenize"]
 
 if TYPE_CHECKING:
-    from memory.store.group_snapshot import GroupSnapshot
-    from memory.store.snapshots import SnapshotCache
+    from memory.readmodel.cache import SnapshotCache
+    from memory.readmodel.snapshot import GroupSnapshot
 
 
 def keyword_text(record: VectorRecord) -> str:
@@ -44,13 +44,13 @@ def _texts(snapshot: GroupSnapshot, positions: Iterable[int]) -> list[str]:
 
 class KeywordIndex:
     """BM25 over every record of a group (episodes, summaries and messages), in the order of the group's
-    read snapshot (memory.store.snapshots).
+    read snapshot (memory.readmodel.cache).
 
     The same scores as bm25s's (Lucene variant, k1 1.5, b 0.75; tests/retrieval/test_keyword_patches.py
     compares them), computed per query from postings instead of from a precomputed score matrix: a
     matrix depends on the document count and the average length, so every write would change all of
     it, while postings (one entry per record and distinct token: record position, token, count) change
-    only where records do. A snapshot patched with what writes changed (memory.store.snapshot_patch)
+    only where records do. A snapshot patched with what writes changed (memory.readmodel.patch)
     gets its index by ``patched``: the rows of unchanged records kept and renumbered, only new or
     rewritten texts tokenized.
     """
@@ -77,7 +77,7 @@ class KeywordIndex:
 
     def patched(self, snapshot: GroupSnapshot, patch: Any, previous: GroupSnapshot) -> KeywordIndex:
         """This index for ``snapshot``, patched from ``previous`` (this index's snapshot) by ``patch``
-        (memory.store.snapshot_patch.Patch): only the texts of new and rewritten records are read."""
+        (memory.readmodel.patch.Patch): only the texts of new and rewritten records are read."""
         old_of_new: np.ndarray = patch.old_of_new
         stale = np.flatnonzero(old_of_new < 0)
         rewritten = [int(p) for p in patch.rewritten if _text(snapshot, int(p)) != _text(previous, int(old_of_new[p]))]
@@ -91,7 +91,7 @@ class KeywordIndex:
         return KeywordIndex(snapshot, postings=postings)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """What is kept on disk with the snapshot (memory.store.snapshot_files): the postings."""
+        """What is kept on disk with the snapshot (memory.readmodel.files): the postings."""
         return self._postings.arrays()
 
     @property
@@ -166,7 +166,7 @@ class KeywordIndex:
 
 
 class KeywordCache:
-    """The keyword index of each group, kept with the group's read snapshot (memory.store.snapshots):
+    """The keyword index of each group, kept with the group's read snapshot (memory.readmodel.cache):
     one per version of the group's records (built from scratch, or patched from the previous version's
     when the snapshot was: ``KeywordIndex.patched``), dropped with the snapshot (LRU over groups within
     the read cache's byte bound) or patched at once after a delete (``forget``).
@@ -212,6 +212,6 @@ class KeywordCache:
 
     def forget(self, group_id: str) -> None:
         """After a delete: nothing deleted stays in the group's cached snapshot or index (patched at once
-        or dropped: memory.store.snapshots.SnapshotCache.scrub)."""
+        or dropped: memory.readmodel.cache.SnapshotCache.scrub)."""
         if self._snapshots is not None:
             self._snapshots.scrub(group_id)

@@ -17,7 +17,7 @@ import numpy as np
 
 from memory.episodes.offline import offline_title
 from memory.models import BoundaryReason, Episode, GenerationMethod, Message, Segment
-from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
+from memory.readmodel.snapshot import KIND_CODE, GroupSnapshot
 from memory.store.protocols import LogReader
 from memory.store.records import RecordKind, is_open_episode_id, message_record_id, open_episode_id
 from memory.text import clip, message_line

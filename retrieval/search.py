@@ -16,7 +16,7 @@ import numpy as np
 
 from memory.embedding.embedder import Embedder
 from memory.models import Episode, Message
-from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
+from memory.readmodel.snapshot import KIND_CODE, GroupSnapshot
 from memory.store.protocols import LogReader, VectorReader
 from memory.store.records import (
     EPISODE_KINDS,
@@ -50,7 +50,7 @@ FILTER_DEPTH = 4
 
 class Searcher:
     """Hybrid search over a group. Everything it reads but the vector query comes from the group's
-    read snapshot (memory.store.snapshots): episodes, message texts, vectors, the keyword index and
+    read snapshot (memory.readmodel.cache): episodes, message texts, vectors, the keyword index and
     the speakers' names, kept per version of the group's records (``keyword_cache_groups``: groups
     kept; the snapshot cache's byte bound applies too)."""
 

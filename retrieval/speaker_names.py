@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
+from memory.readmodel.patch import Patch
+from memory.readmodel.snapshot import KIND_CODE, GroupSnapshot
 from memory.store.records import RecordKind
-from memory.store.snapshot_patch import Patch
 from retrieval.names import NameLearner, configured_names, merge_names
 
 MESSAGE = KIND_CODE[RecordKind.MESSAGE.value]
@@ -36,7 +36,7 @@ class LearnedNames:
         self.names = learner.names()
 
     def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> LearnedNames:
-        """These names for ``snapshot``, patched from ``previous`` (memory.store.snapshot_patch.Patch)."""
+        """These names for ``snapshot``, patched from ``previous`` (memory.readmodel.patch.Patch)."""
         old_of_new = patch.old_of_new
         new_messages = np.flatnonzero((old_of_new < 0) & (snapshot.kinds == MESSAGE))
         kept = np.flatnonzero((old_of_new >= 0) & (snapshot.kinds == MESSAGE))

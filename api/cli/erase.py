@@ -1,7 +1,7 @@
 """``epimem erase-residue``: erase what deletes left in a stopped Chroma server's folder.
 
 A Chroma server keeps deleted records' bytes in its write log, in SQLite free pages and in
-orphaned segment folders (see memory.store.erasure and docs/trust.md); epimem cannot reach a server's
+orphaned segment folders (see memory.engine.erasure and docs/trust.md); epimem cannot reach a server's
 files, so the operator runs this on the server's folder, on the same host, while it is stopped.
 """
 
@@ -13,10 +13,10 @@ from typing import Annotated
 import typer
 
 from api.cli.common import fail
+from memory.engine.erasure import erase_folder
+from memory.engine.folder_lock import LOCK_NAME, lock_folder, release_folder
 from memory.errors import EpimemError
 from memory.store.connection import PARTITIONS_FOLDER
-from memory.store.erasure import erase_folder
-from memory.store.folder_lock import LOCK_NAME, lock_folder, release_folder
 
 
 def erase_residue(

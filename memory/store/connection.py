@@ -37,14 +37,14 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings as ChromaSettings
 
+from memory.engine.allocator import bound_arenas, fill_fresh_memory, return_freed_memory
+from memory.engine.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
+from memory.engine.folder_lock import lock_folder
+from memory.engine.write_log_index import index_write_log
 from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
-from memory.store.allocator import bound_arenas, fill_fresh_memory, return_freed_memory
+from memory.readmodel.files import SnapshotFiles
 from memory.store.codec import PARTITION_PREFIX
-from memory.store.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
-from memory.store.folder_lock import lock_folder
-from memory.store.snapshot_files import SnapshotFiles
-from memory.store.write_log_index import index_write_log
 
 CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 PARTITIONS_FOLDER = "chroma-partitions"  # beside ``chroma``: the partitions' engine (new folders)
@@ -132,7 +132,7 @@ class ChromaConnection:
     @property
     def shared(self) -> bool:
         """Whether other processes may write the same data (a Chroma server); embedded Chroma is one
-        process per folder (memory.store.folder_lock)."""
+        process per folder (memory.engine.folder_lock)."""
         return self._stop is None
 
     def first_stamp(self, group_id: str) -> bool:
@@ -145,7 +145,7 @@ class ChromaConnection:
 
     def bump(self, group_id: str, change: Any = None) -> int:
         """Count a write of this process to a group's records (what the read caches compare);
-        ``change``: what the write did (memory.store.snapshot_patch.Change; kept for the caches, a few
+        ``change``: what the write did (memory.readmodel.patch.Change; kept for the caches, a few
         hundred writes), None when it does not say. Returns the group's new count."""
         if self.files is not None:  # before the version moves: a reader of the new version finds no file
             self.files.written(group_id)
@@ -216,7 +216,7 @@ class ChromaConnection:
 
     def erase(self, names: Iterable[str] = ()) -> ErasureReport | None:
         """Alone on the embedded engine: rebuild the named collections that exist, stop the engine,
-        scrub its folder (memory.store.erasure), start it again. None with a Chroma server."""
+        scrub its folder (memory.engine.erasure), start it again. None with a Chroma server."""
         if self._stop is None or self.path is None:
             return None
         wanted = list(names)
@@ -293,7 +293,7 @@ def open_connection(
             partitions = (Path(data_dir) / PARTITIONS_FOLDER).resolve()
             apart = partitions.exists() or not (path / DATABASE).exists()  # a folder written before: one engine
             path.mkdir(parents=True, exist_ok=True)
-            index_write_log(path)  # before the engine starts (memory.store.write_log_index)
+            index_write_log(path)  # before the engine starts (memory.engine.write_log_index)
             connection = ChromaConnection(
                 lambda: _embedded_client(path),
                 stop=lambda: _stop_embedded(str(path)),

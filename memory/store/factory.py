@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory.readmodel.cache import SnapshotCache
 from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
 from memory.store.log import LogStore
-from memory.store.snapshots import SnapshotCache
 from memory.store.vectors import VectorStore
 
 

@@ -14,7 +14,7 @@ from memory.receipts import DeletionReceipt
 from memory.store.records import RecordFilter, Row, VectorHit, VectorRecord
 
 if TYPE_CHECKING:
-    from memory.store.group_snapshot import GroupSnapshot
+    from memory.readmodel.snapshot import GroupSnapshot
 
 Ids = Sequence[str] | None  # record ids (None: every record the selection admits)
 Selection = RecordFilter | None

@@ -10,15 +10,15 @@ import numpy as np
 from chromadb.api.models.Collection import Collection
 
 from memory.models import Episode
+from memory.readmodel.cache import SnapshotCache
+from memory.readmodel.patch import Change
+from memory.readmodel.snapshot import GroupSnapshot
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.collections import Collections
-from memory.store.group_snapshot import GroupSnapshot
 from memory.store.paging import WRITE_BATCH, pages
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
-from memory.store.snapshot_patch import Change
-from memory.store.snapshots import SnapshotCache
 
 
 def _columns(records: Sequence[VectorRecord], *, overwrite: bool = False) -> dict[str, Any]:
@@ -54,7 +54,7 @@ class VectorStore(StorePart):
     @store_call
     def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord], *, new: bool = False) -> None:
         """Write to the partition first, then the group index (both idempotent by id); the read snapshot
-        is patched with them (memory.store.snapshot_patch). ``new``: records the group does not hold yet
+        is patched with them (memory.readmodel.patch). ``new``: records the group does not hold yet
         (kept for callers; the patch finds out itself)."""
         if not records:
             return
@@ -212,6 +212,6 @@ class VectorStore(StorePart):
 
     @store_call
     def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
-        """The group's read snapshot at its current version (memory.store.snapshots); ``fresh``: read
+        """The group's read snapshot at its current version (memory.readmodel.cache); ``fresh``: read
         a Chroma server's shared stamp now (the start of a request)."""
         return self.snapshots.get(group_id, fresh=fresh)

@@ -11,7 +11,7 @@ Two parts, so that the check is free where it can be:
   the stamp is the record's keys and values. A delete followed by an add (same count, the case a count
   check misses) still moves a counter. A group delete removes the record: no stamp (None) is a version
   of its own. A stamp that differs from a snapshot's only in this process's own key says that only
-  this process wrote since, and its journal says what (memory.store.snapshots patches the snapshot
+  this process wrote since, and its journal says what (memory.readmodel.cache patches the snapshot
   with it; another key moved: the group is read again). Keys of old runs are dropped by a process's
   first write to a group once there are more than ``WRITER_KEYS`` (a reader then reads the group
   again, once).
@@ -40,7 +40,7 @@ PREFIX = "w."
 
 def changed(collections: Collections, group_id: str, *, stamp: bool = True, change: Any = None) -> None:
     """Record a write to the group's records (inside a store call, after the write). ``change``: what
-    the write did (``memory.store.snapshot_patch.Change``), which a read cache applies to its snapshot
+    the write did (``memory.readmodel.patch.Change``), which a read cache applies to its snapshot
     instead of reading the group again; None: the next read reads the group again."""
     connection = collections.connection
     version = connection.bump(group_id, change)

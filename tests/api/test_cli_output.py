@@ -19,7 +19,7 @@ from api.cli.main import app
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
-from memory.store.folder_lock import LOCK_NAME
+from memory.engine.folder_lock import LOCK_NAME
 
 runner = CliRunner()
 ERROR_LINE = re.compile(r"^error \([a-z_]+\): \S")
@@ -53,7 +53,7 @@ def test_every_error_has_one_format(tmp_path: Path, embedder: SentenceTransforme
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom memory.store.folder_lock import lock_folder\n"
+            "import sys, time\nfrom memory.engine.folder_lock import lock_folder\n"
             f"lock_folder({str(data)!r}); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

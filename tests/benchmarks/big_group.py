@@ -11,8 +11,8 @@ Measure (the default): a service started on the folder, then
 
 - first search after a start, twice: the group read from Chroma (no snapshot kept: a first start, or one
   after a crash), then after a restart with the snapshot the first start kept at its close
-  (memory.store.snapshot_files); the model is loaded before, as a server does before it is ready;
-  ``two_step``: the first search read the columns alone (a big group: memory.store.snapshot_reads),
+  (memory.readmodel.files); the model is loaded before, as a server does before it is ready;
+  ``two_step``: the first search read the columns alone (a big group: memory.readmodel.build),
   ``read_whole``: seconds until its vectors and messages, read in the background, were in memory;
 - idle and written: for LoCoMo questions (``--questions`` new ones per block, so the query-embedding
   cache never answers one), alternating, ``search`` (k 10) and ``context`` (1,000 tokens)
@@ -47,9 +47,9 @@ from typing import Any
 
 import _common as c
 
+from memory.readmodel.files import FOLDER
 from memory.store.codec import index_name
 from memory.store.connection import close_embedded
-from memory.store.snapshot_files import FOLDER
 
 sys.path.insert(0, str(c.ROOT / "tests"))
 from helpers.servers import ChromaServer  # noqa: E402

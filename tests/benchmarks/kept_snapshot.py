@@ -1,4 +1,4 @@
-"""A big group's read snapshot kept on disk (memory.store.snapshot_files): what the first search after a
+"""A big group's read snapshot kept on disk (memory.readmodel.files): what the first search after a
 start pays for it at N records, with and without the file kept at the last close.
 
 The snapshot is a columns-only one (a group of 200,000 records is far above the full-snapshot limit) of
@@ -24,8 +24,8 @@ import _common as c
 import numpy as np
 from keyword_patch import QUERIES, texts
 
-from memory.store.group_snapshot import columns_snapshot, estimate_bytes
-from memory.store.snapshot_files import SnapshotFiles, file_name
+from memory.readmodel.files import SnapshotFiles, file_name
+from memory.readmodel.snapshot import columns_snapshot, estimate_bytes
 from retrieval.bm25 import Postings
 from retrieval.keyword import KeywordCache, KeywordIndex
 

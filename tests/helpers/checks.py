@@ -11,7 +11,7 @@ from chromadb.api import ClientAPI
 
 from api.facade import Epimem
 from memory.models import MessageState
-from memory.store.group_snapshot import GroupSnapshot
+from memory.readmodel.snapshot import GroupSnapshot
 from memory.store.records import RecordFilter
 from retrieval.keyword import KeywordIndex
 

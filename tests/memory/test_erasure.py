@@ -27,9 +27,9 @@ from helpers.servers import ChromaServer, ServerProcess
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.engine.erasure import residue_collections
 from memory.store import codec
 from memory.store.connection import PARTITIONS_FOLDER, close_embedded
-from memory.store.erasure import residue_collections
 
 # Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
 pytestmark = pytest.mark.slow

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.facade import Epimem
-from memory.store import group_snapshot
+from memory.readmodel import snapshot as group_snapshot
+from memory.readmodel.snapshot import KIND_CODE, GroupSnapshot
 from memory.store.factory import open_store
-from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
 
 STEPS = st.lists(
     st.tuples(st.sampled_from(["add", "add", "add", "search", "flush", "delete"]), st.integers(0, 2)),

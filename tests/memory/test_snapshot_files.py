@@ -1,4 +1,4 @@
-"""Read snapshots kept on disk between two runs (memory.store.snapshot_files, embedded Chroma): a
+"""Read snapshots kept on disk between two runs (memory.readmodel.files, embedded Chroma): a
 snapshot loaded at the next start reads exactly like one built from Chroma (full and columns-only, its
 keyword index restored); a file is never used once the group was written after it, nor one a process
 left behind without closing, nor one that does not match the group; a delete scrubs the file at once,
@@ -20,9 +20,9 @@ from test_snapshot_patches import QUERIES
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.readmodel.files import CLAIMED, FOLDER, file_name
 from memory.store.connection import close_embedded
 from memory.store.factory import open_store
-from memory.store.snapshot_files import CLAIMED, FOLDER, file_name
 from retrieval.keyword import KeywordIndex
 
 # Restarts of the embedded engine in every test: in the whole command, not the quick loop.

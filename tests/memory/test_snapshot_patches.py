@@ -21,8 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from api.facade import Epimem
 from api.settings import Settings
+from memory.readmodel.snapshot import estimate_bytes
 from memory.store.factory import open_store
-from memory.store.group_snapshot import estimate_bytes
 from retrieval.keyword import KeywordIndex
 from retrieval.names import learned_names
 from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, GroupSpeakers, LearnedNames

@@ -1,4 +1,4 @@
-"""A big group read from Chroma is read in two steps (memory.store.snapshot_reads): the first read waits only
+"""A big group read from Chroma is read in two steps (memory.readmodel.build): the first read waits only
 for its columns, the vectors and messages follow in the background and replace the deferred snapshot,
 brought forward with the writes that landed meanwhile; deletes made meanwhile never come back; a cache that
 closes meanwhile stops the read and keeps no file of the deferred snapshot. Both backends."""
@@ -16,8 +16,8 @@ from helpers.builders import T0, chat, two_episode_session
 from helpers.checks import answers
 
 from api.facade import Epimem
-from memory.store import snapshots as snapshots_module
-from memory.store.snapshot_files import FOLDER
+from memory.readmodel import cache as snapshots_module
+from memory.readmodel.files import FOLDER
 from retrieval.keyword import KeywordCache
 
 QUERIES = ["what did they say about the garden", "message 2", "tomatoes"]

@@ -1,4 +1,4 @@
-"""The read caches (memory.store.snapshots): a cached read never returns stale or deleted data, on
+"""The read caches (memory.readmodel.cache): a cached read never returns stale or deleted data, on
 both backends, after this process's writes and after another server's (two services on one Chroma
 server); the cached path gives exactly what the uncached one gives; memory stays bounded and is
 reported."""

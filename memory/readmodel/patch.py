@@ -19,7 +19,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from memory.models import Message
-from memory.store.group_snapshot import (
+from memory.readmodel.row_buffer import RowBuffer, appended, grown
+from memory.readmodel.snapshot import (
     FULL_RECORD_BYTES,
     VECTOR_RECORD_BYTES,
     GroupSnapshot,
@@ -29,7 +30,6 @@ from memory.store.group_snapshot import (
     rows_bytes,
 )
 from memory.store.records import VectorRecord
-from memory.store.row_buffer import RowBuffer, appended, grown
 
 T = TypeVar("T")
 

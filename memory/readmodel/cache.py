@@ -30,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from memory.readmodel.build import group_records, read_snapshot
+from memory.readmodel.files import Restorer
+from memory.readmodel.patch import diff, inherit, patch
+from memory.readmodel.snapshot import GroupSnapshot, Version
+from memory.readmodel.upgrades import Upgrades
 from memory.store import versions
-from memory.store.group_snapshot import GroupSnapshot, Version
-from memory.store.snapshot_files import Restorer
-from memory.store.snapshot_patch import diff, inherit, patch
-from memory.store.snapshot_reads import group_records, read_snapshot
-from memory.store.snapshot_upgrades import Upgrades
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections
@@ -57,7 +57,7 @@ class CacheStats:
     invalidations: int
     build_seconds: float
     extensions: int = 0  # builds that patched the cached snapshot with what writes changed (no read of the group)
-    loads: int = 0  # builds that read the snapshot kept on disk at the last close (memory.store.snapshot_files)
+    loads: int = 0  # builds that read the snapshot kept on disk at the last close (memory.readmodel.files)
 
 
 # Records past which a group read from Chroma is read in two steps: ~10,000 records take about a second
@@ -87,7 +87,7 @@ class SnapshotCache:
         self.vector_group_bytes = vector_group_bytes if vector_group_bytes is not None else max_bytes
         self.recheck_s = recheck_s
         # A group of more records than this, read from Chroma, is read as columns first and the rest in
-        # the background (memory.store.snapshot_reads); None: always in one step.
+        # the background (memory.readmodel.build); None: always in one step.
         self.two_step_records = two_step_records
         self._upgrades = Upgrades(self._read_whole, self.install_upgrade, self._deferred, collections.connection.call)
         self._lock = threading.Lock()
@@ -222,7 +222,7 @@ class SnapshotCache:
 
     def close(self) -> None:
         """Keep the snapshots at their group's current version on disk for the next start (embedded:
-        memory.store.snapshot_files); the cache is not used after this."""
+        memory.readmodel.files); the cache is not used after this."""
         self._upgrades.stop()
         if self._files is None:
             return

@@ -1,6 +1,6 @@
 """One group's read snapshot: the columns of every record of its index; when "full" also the records'
 metadata, unit vectors and the group's messages; for a group past that size limit but within a larger one,
-the unit vectors and messages without the metadata (memory.store.snapshots keeps them, per version)."""
+the unit vectors and messages without the metadata (memory.readmodel.cache keeps them, per version)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from memory.models import Episode, GroupConfiguration, Message, SessionInfo
+from memory.readmodel.row_buffer import RowBuffer
 from memory.store import codec
 from memory.store.records import VectorRecord
-from memory.store.row_buffer import RowBuffer
 
 KINDS = ("episode", "summary", "message")
 # Bytes a full snapshot is estimated to hold per record beyond its vector (metadata, message): what
-# decides, from the group's count alone, whether it is read in full (memory.store.snapshots).
+# decides, from the group's count alone, whether it is read in full (memory.readmodel.cache).
 FULL_RECORD_BYTES = 1600
 # The same for a group past that bound that still keeps its unit vectors and messages (not its records'
 # metadata, nor parsed episodes): a search then reads no message and no vector from Chroma or the log.
@@ -69,7 +69,7 @@ class GroupSnapshot:
     sessions: list[SessionInfo]
     full: bool = False
     # Read as columns alone although the group fits a larger tier: the rest is being read in the
-    # background (memory.store.snapshots: two-step reads of big groups).
+    # background (memory.readmodel.cache: two-step reads of big groups).
     deferred: bool = False
     metadatas: list[dict[str, Any]] | None = None
     # Each stored vector / float(np.linalg.norm(vector)), float32 (records x dimension): the read path's

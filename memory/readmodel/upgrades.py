@@ -1,4 +1,4 @@
-"""The second step of a big group's read (memory.store.snapshot_reads): a background thread per group
+"""The second step of a big group's read (memory.readmodel.build): a background thread per group
 reads what a deferred snapshot left out (unit vectors, messages, metadata), page by page, each page a
 store call of its own, and hands the result to the cache (``SnapshotCache.install_upgrade``), which
 brings it forward with the writes that landed meanwhile or drops it."""
@@ -14,8 +14,8 @@ import chromadb.errors
 import httpx
 
 from memory.errors import EpimemError
-from memory.store.group_snapshot import GroupSnapshot
-from memory.store.snapshot_reads import ReadCancelled
+from memory.readmodel.build import ReadCancelled
+from memory.readmodel.snapshot import GroupSnapshot
 
 log = logging.getLogger(__name__)
 ATTEMPTS = 3  # reads of one group before its snapshot is left deferred (until the group is read again)

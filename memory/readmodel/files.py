@@ -8,7 +8,7 @@ vectors and messages alone for a group past the full bound that keeps them); and
 the derived structures that can be restored: the keyword index's postings).
 
 A file is never used when it could be stale. Embedded Chroma is written by one process per folder
-(``memory.store.folder_lock``), and that process follows this protocol:
+(``memory.engine.folder_lock``), and that process follows this protocol:
 
 - when its first read cache opens, it *claims* the folder: a ``read-snapshots.open/`` left by a process
   that did not close (a crash: its files may be behind its writes) is scrubbed, and
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from memory.models import GroupConfiguration, Message, Role, SessionInfo
-from memory.store.group_snapshot import GroupSnapshot, Version, estimate_bytes, strings
+from memory.readmodel.snapshot import GroupSnapshot, Version, estimate_bytes, strings
 
 FOLDER = "read-snapshots"
 CLAIMED = "read-snapshots.open"

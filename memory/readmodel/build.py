@@ -1,4 +1,4 @@
-"""Reading a group's read snapshot from Chroma (memory.store.snapshots keeps it): every record of its
+"""Reading a group's read snapshot from Chroma (memory.readmodel.cache keeps it): every record of its
 index as columns; for a group within the bounds also the records' unit vectors and the group's messages
 (and, for a full snapshot, the records' metadata); and the group's configuration and sessions.
 
@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memory.models import GroupConfiguration, Message, SessionInfo
-from memory.store import codec
-from memory.store.group_snapshot import (
+from memory.readmodel.snapshot import (
     FULL_RECORD_BYTES,
     VECTOR_RECORD_BYTES,
     GroupSnapshot,
@@ -26,6 +25,7 @@ from memory.store.group_snapshot import (
     columns_snapshot,
     estimate_bytes,
 )
+from memory.store import codec
 from memory.store.paging import PAGE
 
 if TYPE_CHECKING:
