@@ -28,11 +28,12 @@ from memory.lifecycle.export_format import read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, SessionInfo, check_scope_id
+from memory.readmodel.model import ReadModel
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
 from retrieval.context import ContextBuilder
-from retrieval.filters import passing_episodes
+from retrieval.filters import filter_match, passing_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
 from retrieval.search import Searcher
 from retrieval.timeline import timeline as read_timeline
@@ -69,6 +70,7 @@ class Epimem(Corrections):
         settings: Settings,
         memory: MemoryService,
         embedder: ServiceEmbedder,
+        read_model: ReadModel,
         searcher: Searcher,
         context_builder: ContextBuilder,
         overview: Overview,
@@ -76,6 +78,7 @@ class Epimem(Corrections):
         self.settings = settings
         self.memory = memory
         self.embedder = embedder
+        self.read_model = read_model
         self.searcher = searcher
         self.context_builder = context_builder
         self._overview = overview
@@ -168,8 +171,8 @@ class Epimem(Corrections):
         wanted = read_scope.filter
         passing = None
         if wanted is not None:
-            match = self.searcher.filter_match(group_id, wanted)
-            passing = functools.partial(passing_episodes, self.searcher, group_id, match)
+            group = self.read_model.reader(group_id)
+            passing = functools.partial(passing_episodes, group, filter_match(group, wanted))
         return read_timeline(
             self.memory.store.vectors,
             group_id,
@@ -183,13 +186,13 @@ class Epimem(Corrections):
 
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
         _scope_ids(group_id, session_id)
-        episode = self.searcher.episode(group_id, session_id, episode_id)
+        episode = self.read_model.reader(group_id).episode(session_id, episode_id)
         if episode is None:
             raise NotFoundError(f"no episode {episode_id!r} in this session")
         return episode
 
     def episode_messages(self, group_id: str, episode: Episode) -> list[Message]:
-        return self.searcher.source_messages(group_id, episode)
+        return self.read_model.reader(group_id).source_messages(episode)
 
     def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
         """The session's messages in event-time order, paged. Always scoped to one session."""
@@ -308,7 +311,7 @@ class Epimem(Corrections):
     def summary_sources(self, group_id: str, summary: Episode) -> list[Episode]:
         """The episodes a summary compacts, in time order (expand further with ``episode_messages``)."""
         _scope_ids(group_id)
-        found = self.searcher.load_episodes(group_id, list(summary.source_episode_ids))
+        found = self.read_model.reader(group_id).episodes(list(summary.source_episode_ids))
         return sorted(found.values(), key=lambda e: (e.timestamp, e.uuid))
 
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:

@@ -37,7 +37,7 @@ from memory.lifecycle.transfer import Transfer
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
-from memory.readmodel.cache import CacheStats
+from memory.readmodel.model import CacheStats
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt, RedactionReceipt
 from memory.store.factory import Store
 
@@ -56,7 +56,7 @@ class ServiceStats:
     open_collections: int
     formation_queue: int | None  # None without a background worker
     formation_failures: int
-    read_cache: CacheStats | None = None  # the read path's snapshots (memory.readmodel.cache)
+    read_cache: CacheStats | None = None  # what the read model holds (memory.readmodel.model)
 
 
 class MemoryService:
@@ -73,6 +73,7 @@ class MemoryService:
         editor: Editor,
         worker: FormationWorker | None = None,
         llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
+        read_cache: Callable[[], CacheStats] | None = None,
         closers: Sequence[Callable[[], None]] = (),
     ) -> None:
         self.store = store
@@ -86,6 +87,7 @@ class MemoryService:
         self.audit = AuditTrail(store.log)
         self._worker = worker
         self._llm_components = dict(llm_components or {})
+        self._read_cache = read_cache  # the read model's figures (the service holds nothing of it)
         self._closers = list(closers)
         self._gate = ReadersWriterLock()
         self._listeners: list[tuple[str, Listener]] = []
@@ -385,5 +387,5 @@ class MemoryService:
             open_collections=self.store.admin.open_collections,
             formation_queue=len(worker.pending()) if worker is not None else None,
             formation_failures=worker.failures if worker is not None else 0,
-            read_cache=self.store.vectors.snapshots.stats(),
+            read_cache=self._read_cache() if self._read_cache is not None else None,
         )

@@ -87,13 +87,3 @@ def traced(
         return wrapper
 
     return decorate
-
-
-def read_attributes(_owner: Any, group_id: str, query: Any, *_args: Any, **kwargs: Any) -> dict[str, Any]:
-    """``before`` for a read of one group: the hashed group, k, budget or depth; never the query."""
-    return {
-        "group_hash": group_hash(group_id),
-        "k": getattr(query, "k", None),
-        "budget": getattr(query, "token_budget", None),
-        "depth": kwargs.get("depth"),
-    }

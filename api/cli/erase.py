@@ -16,6 +16,7 @@ from api.cli.common import fail
 from memory.engine.erasure import erase_folder
 from memory.engine.folder_lock import LOCK_NAME, lock_folder, release_folder
 from memory.errors import EpimemError
+from memory.store.codec import unstamped
 from memory.store.connection import PARTITIONS_FOLDER
 
 
@@ -45,7 +46,7 @@ def erase_residue(
         [partitions] if locked and partitions.is_dir() and partitions != chroma_path.resolve() else []
     )
     try:
-        reports = [erase_folder(folder) for folder in folders]
+        reports = [erase_folder(folder, unstamped) for folder in folders]
     except FileNotFoundError as error:
         fail(str(error), 2)
     finally:

@@ -35,7 +35,7 @@ import shutil
 import sqlite3
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,15 +46,16 @@ import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.config import Settings as ChromaSettings
 
-from memory.store import codec
-from memory.store.paging import pages
-
 log = logging.getLogger("epimem.erasure")
 
 DATABASE = "chroma.sqlite3"
 REBUILD_SUFFIX = "-rebuild"  # the suffix StoreAdmin.finish_rebuilds completes after a crash
 _DELETE = 3  # embeddings_queue.operation of a delete (0 add, 1 update, 2 upsert, 3 delete)
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+COPY_PAGE = 1000  # records a rebuild reads at a time
+# What of a record's stored metadata says whether two writes of it are the same record (the store's record
+# format knows: memory.store.codec.unstamped leaves out the time of the write).
+SameRecord = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 
 @dataclass
@@ -92,9 +93,10 @@ def _open(folder: Path, *, read_only: bool = False) -> sqlite3.Connection:
 _MOVES_ON_FORMATION = "episode_id"
 
 
-def residue_collections(folder: Path) -> list[str]:
+def residue_collections(folder: Path, same: SameRecord) -> list[str]:
     """Live collections whose write log still holds a delete or an overwritten record (one whose text
-    or metadata changed; a message record that only moved from its open episode to its episode is not)."""
+    or metadata changed, as ``same`` sees them; a message record that only moved from its open episode to its
+    episode is not)."""
     if not (Path(folder) / DATABASE).exists():
         return []
     with _open(folder, read_only=True) as db:
@@ -112,7 +114,7 @@ def residue_collections(folder: Path) -> list[str]:
         ).fetchall()
     versions: dict[tuple[str, str], set[str]] = {}
     for topic, record_id, metadata in rewritten:
-        kept = {k: v for k, v in codec.unstamped(json.loads(metadata or "{}")).items() if k != _MOVES_ON_FORMATION}
+        kept = {k: v for k, v in same(json.loads(metadata or "{}")).items() if k != _MOVES_ON_FORMATION}
         versions.setdefault((topic, record_id), set()).add(json.dumps(kept, sort_keys=True))
     changed = {topic for (topic, _), seen in versions.items() if len(seen) > 1}
     found = {names.get(_collection_id(topic)) for topic in deleted | changed}
@@ -135,8 +137,9 @@ def rebuild_collection(client: ClientAPI, name: str) -> None:
     if not (metadata and "hnsw:space" in metadata) and space.get("space"):
         configuration = {"hnsw": {"space": space["space"]}}
     new = client.create_collection(temporary, metadata=metadata, configuration=configuration, embedding_function=None)
-    for page in pages(old, ["embeddings", "documents", "metadatas"]):
-        _copy(new, page)
+    ids = old.get(include=[])["ids"]
+    for start in range(0, len(ids), COPY_PAGE):
+        _copy(new, old.get(ids=ids[start : start + COPY_PAGE], include=["embeddings", "documents", "metadatas"]))
     client.delete_collection(name)
     new.modify(name=name)
 
@@ -296,15 +299,16 @@ def erase(
     stop: Callable[[], None],
     start: Callable[[], ClientAPI],
     names: Iterable[str] = (),
-    residue: bool = False,
+    residue: SameRecord | None = None,
 ) -> tuple[ClientAPI, ErasureReport]:
     """Rebuild ``names`` that exist (and, with ``residue``, every collection whose write log holds a
-    delete or an overwrite), stop the engine, scrub the folder, start the engine again. The caller
-    makes sure no other call uses the engine meanwhile. Returns the new client and the report."""
+    delete or an overwrite: ``residue_collections``), stop the engine, scrub the folder, start the engine
+    again. The caller makes sure no other call uses the engine meanwhile. Returns the new client and the
+    report."""
     began = time.perf_counter()
     report = ErasureReport(bytes_before=_size(folder))
     existing = {c.name for c in client.list_collections()}
-    found = set(residue_collections(folder)) if residue else set()
+    found = set(residue_collections(folder, residue)) if residue is not None else set()
     wanted = sorted((found | set(names)) & existing)
     for name in wanted:
         if name.endswith(REBUILD_SUFFIX):
@@ -328,9 +332,10 @@ def erase(
     return client, report
 
 
-def erase_folder(folder: Path) -> ErasureReport:
+def erase_folder(folder: Path, same: SameRecord) -> ErasureReport:
     """Erase the residue of a Chroma folder that no server or process has open (``epimem
-    erase-residue``): the engine is started embedded on it for the rebuilds, then stopped."""
+    erase-residue``): the engine is started embedded on it for the rebuilds, then stopped. ``same``: as
+    for ``residue_collections``."""
     from chromadb.api.shared_system_client import SharedSystemClient
 
     path = str(Path(folder).resolve())
@@ -347,7 +352,7 @@ def erase_folder(folder: Path) -> ErasureReport:
         if system is not None:
             system.stop()
 
-    _, report = erase(start(), Path(path), stop=stop, start=start, residue=True)
+    _, report = erase(start(), Path(path), stop=stop, start=start, residue=same)
     stop()
     return report
 

@@ -29,7 +29,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import chromadb
 import httpx
@@ -43,10 +42,9 @@ from memory.engine.folder_lock import lock_folder
 from memory.engine.write_log_index import index_write_log
 from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
-from memory.readmodel.files import SnapshotFiles
+from memory.store.changes import ChangeFeed
 from memory.store.codec import PARTITION_PREFIX
 
-CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 PARTITIONS_FOLDER = "chroma-partitions"  # beside ``chroma``: the partitions' engine (new folders)
 
 
@@ -95,12 +93,7 @@ class ChromaConnection:
         self._gate = ReadersWriterLock()  # store calls shared, an engine restart or erasure exclusive
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Collection] = OrderedDict()
-        self._versions: dict[str, int] = {}  # group -> writes by this process (memory.store.versions)
-        # group -> local version -> what that write changed (memory.store.versions: read caches patch
-        # themselves with it instead of rebuilding); emptied by any write that does not say.
-        self._changes: dict[str, dict[int, Any]] = {}
-        # Read snapshots kept on disk between runs (embedded only: one process writes the folder).
-        self.files = SnapshotFiles(self.path.parent) if self.path is not None else None
+        self.feed = ChangeFeed()  # what this process's writes did, per group (memory.store.changes)
         self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
         self._stamped: set[str] = set()
         self.restarts = 0
@@ -142,36 +135,6 @@ class ChromaConnection:
                 return False
             self._stamped.add(group_id)
             return True
-
-    def bump(self, group_id: str, change: Any = None) -> int:
-        """Count a write of this process to a group's records (what the read caches compare);
-        ``change``: what the write did (memory.readmodel.patch.Change; kept for the caches, a few
-        hundred writes), None when it does not say. Returns the group's new count."""
-        if self.files is not None:  # before the version moves: a reader of the new version finds no file
-            self.files.written(group_id)
-        with self._lock:
-            version = self._versions.get(group_id, 0) + 1
-            self._versions[group_id] = version
-            journal = self._changes.setdefault(group_id, {})
-            if change is None:
-                journal.clear()
-            else:
-                journal[version] = change
-                while len(journal) > CHANGE_JOURNAL:
-                    del journal[min(journal)]
-        return version
-
-    def changes(self, group_id: str, after: int, upto: int) -> list[Any] | None:
-        """What this process's writes ``after + 1`` … ``upto`` of a group changed, in order; None when
-        one of them did not say (or is no longer kept)."""
-        with self._lock:
-            journal = self._changes.get(group_id, {})
-            found = [journal.get(version) for version in range(after + 1, upto + 1)]
-        return None if any(item is None for item in found) else found
-
-    def local_version(self, group_id: str) -> int:
-        with self._lock:
-            return self._versions.get(group_id, 0)
 
     @contextmanager
     def call(self) -> Iterator[ClientAPI]:

@@ -1,13 +1,13 @@
-"""The store as the service uses it: its three parts over one connection, for one embedding model."""
+"""The store as the service uses it: its parts over one connection, for one embedding model."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memory.readmodel.cache import SnapshotCache
 from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
+from memory.store.group_reads import GroupReads
 from memory.store.log import LogStore
 from memory.store.vectors import VectorStore
 
@@ -17,6 +17,7 @@ class Store:
     log: LogStore
     vectors: VectorStore
     admin: StoreAdmin
+    group_reads: GroupReads  # a group read whole, for the read model (memory.readmodel)
 
     @property
     def model_id(self) -> str:
@@ -27,9 +28,11 @@ class Store:
         return self.admin.connection
 
 
-def open_store(connection: ChromaConnection, *, model_id: str, persist: bool = False) -> Store:
-    """``persist``: the read cache keeps its snapshots on disk between runs (embedded Chroma; the
-    service's store, not a second one opened on the same connection)."""
+def open_store(connection: ChromaConnection, *, model_id: str) -> Store:
     collections = Collections(connection, model_id)
-    vectors = VectorStore(collections, snapshots=SnapshotCache(collections, persist=persist))
-    return Store(log=LogStore(collections), vectors=vectors, admin=StoreAdmin(collections))
+    return Store(
+        log=LogStore(collections),
+        vectors=VectorStore(collections),
+        admin=StoreAdmin(collections),
+        group_reads=GroupReads(collections),
+    )

@@ -5,16 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from memory.models import Episode, GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.receipts import DeletionReceipt
 from memory.store.records import RecordFilter, Row, VectorHit, VectorRecord
-
-if TYPE_CHECKING:
-    from memory.readmodel.snapshot import GroupSnapshot
 
 Ids = Sequence[str] | None  # record ids (None: every record the selection admits)
 Selection = RecordFilter | None
@@ -38,8 +35,6 @@ class VectorReader(Protocol):
     def nearest(
         self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
     ) -> list[tuple[str, float]]: ...
-
-    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot: ...
 
 
 class VectorWriter(VectorReader, Protocol):

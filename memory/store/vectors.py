@@ -10,12 +10,9 @@ import numpy as np
 from chromadb.api.models.Collection import Collection
 
 from memory.models import Episode
-from memory.readmodel.cache import SnapshotCache
-from memory.readmodel.patch import Change
-from memory.readmodel.snapshot import GroupSnapshot
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.collections import Collections
+from memory.store.changes import Change
 from memory.store.paging import WRITE_BATCH, pages
 from memory.store.protocols import Ids, Selection
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
@@ -34,10 +31,6 @@ def _columns(records: Sequence[VectorRecord], *, overwrite: bool = False) -> dic
 
 
 class VectorStore(StorePart):
-    def __init__(self, collections: Collections, *, snapshots: SnapshotCache | None = None) -> None:
-        super().__init__(collections)
-        self.snapshots = snapshots or SnapshotCache(collections)
-
     def _both(self, group_id: str, session_id: str, *, create: bool) -> list[Collection]:
         """The session's partition and the group index (those that exist, unless created)."""
         found = (
@@ -53,8 +46,8 @@ class VectorStore(StorePart):
 
     @store_call
     def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord], *, new: bool = False) -> None:
-        """Write to the partition first, then the group index (both idempotent by id); the read snapshot
-        is patched with them (memory.readmodel.patch). ``new``: records the group does not hold yet
+        """Write to the partition first, then the group index (both idempotent by id); the write is
+        published (memory.store.changes). ``new``: records the group does not hold yet
         (kept for callers; the patch finds out itself)."""
         if not records:
             return
@@ -202,16 +195,10 @@ class VectorStore(StorePart):
         self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
     ) -> list[tuple[str, float]]:
         """Ids and cosine distances of the ``k`` nearest records (``query`` without documents and
-        metadata: the read cache has those)."""
+        metadata: the read model has those)."""
         collection, where = self._read_from(group_id, selection)
         if collection is None:
             return []
         result = collection.query(query_embeddings=[vector], n_results=k, where=where, include=["distances"])
         distances = (result["distances"] or [[]])[0]
         return [(i, float(d)) for i, d in zip(result["ids"][0], distances, strict=True)]
-
-    @store_call
-    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
-        """The group's read snapshot at its current version (memory.readmodel.cache); ``fresh``: read
-        a Chroma server's shared stamp now (the start of a request)."""
-        return self.snapshots.get(group_id, fresh=fresh)

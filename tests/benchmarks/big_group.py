@@ -134,7 +134,7 @@ def build(service: Any, sessions: int, per_session: int, bulk: int) -> None:
 
 def tiered(service: Any, tier: str) -> None:
     """Bounds that put the group in ``tier`` whatever its size (the short form's group is small)."""
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     if tier in ("vectors", "columns"):
         snapshots.full_group_bytes = 0
     if tier == "columns":
@@ -212,8 +212,8 @@ def measure(args: argparse.Namespace, folder: Path, server: ChromaServer | None)
         started = time.perf_counter()
         service.search(group, asked[start], k=10)
         first = time.perf_counter() - started
-        deferred = service.memory.store.vectors.snapshot(group).deferred
-        service.memory.store.vectors.snapshots.wait_upgrades()  # a big group's vectors and messages, read behind
+        deferred = service.read_model.snapshot(group).deferred
+        service.read_model.wait_upgrades()  # a big group's vectors and messages, read behind
         whole = time.perf_counter() - started
         cache = service.stats().read_cache
         firsts.append(
@@ -270,7 +270,7 @@ def measure(args: argparse.Namespace, folder: Path, server: ChromaServer | None)
             )
     cache = service.stats().read_cache
     if cache is not None:
-        snapshot = service.memory.store.vectors.snapshot(group)
+        snapshot = service.read_model.snapshot(group)
         c.line(
             "read cache",
             tier="full" if snapshot.full else "vectors" if snapshot.directions is not None else "columns",
