@@ -87,3 +87,45 @@ def test_the_architecture_page_names_every_module() -> None:
         if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in page
     ]
     assert sources and unnamed == []
+
+
+# The only places that ask an object for an attribute by name (getattr, hasattr, setattr, delattr): each a
+# declared plugin point or an object of an outside library whose shape varies. Everywhere else a typed interface
+# says what is there (the read model's derived structures, for one, are ``Derivation``s registered with it).
+ATTRIBUTE_PROBES = {
+    "memory/embedding/lazy.py": 1,  # the lazy embedder hands what it does not define to the loaded model
+    "memory/lifecycle/editing.py": 3,  # an episode's correctable fields, by their names
+    "memory/llm/client.py": 6,  # an OpenAI-compatible server's reply: usage and choices may be missing
+    "memory/store/calls.py": 1,  # a thread-local flag (store calls never nest)
+    "memory/store/connection.py": 2,  # chromadb's private HTTP session, given a timeout
+    "api/cli/main.py": 1,  # a private hook of Typer that some versions have
+    "api/http/home.py": 1,  # Starlette routes (a mount has no path)
+    "api/http/metrics.py": 1,  # the LLM counters' fields, by their names
+    "api/http/middleware.py": 1,  # Starlette routes (a mount has no path)
+    "api/logs.py": 3,  # the extra fields of a log record
+    "clients/python/epimem_client/_calls.py": 1,  # a response wrapper's field, by its name
+}
+
+
+def attribute_probes() -> dict[str, int]:
+    """Calls of getattr / hasattr / setattr / delattr per module of the project."""
+    import ast
+
+    found: dict[str, int] = {}
+    sources = [path for package in ("memory", "retrieval", "api") for path in (ROOT / package).rglob("*.py")]
+    sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
+    for path in sources:
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+        ]
+        if calls:
+            found[str(path.relative_to(ROOT))] = len(calls)
+    return found
+
+
+def test_objects_are_asked_for_attributes_by_name_only_at_declared_plugin_points() -> None:
+    assert attribute_probes() == ATTRIBUTE_PROBES
