@@ -124,7 +124,8 @@ class ReadModel:
         """The group as a reader sees it now; ``fresh``: read a Chroma server's shared stamp now (the start of
         a request), not one this thread read in the last ``recheck_s``."""
         return GroupReader(
-            self.snapshot(group_id, fresh=fresh),
+            group_id,
+            lambda: self.snapshot(group_id, fresh=fresh),
             vectors=self._store.vectors,
             log=self._store.log,
             grown=self.trim,

@@ -11,6 +11,7 @@ request).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar
@@ -98,11 +99,13 @@ class Derivation(Generic[T]):
 
 
 class GroupReader:
-    """One group at one version (``memory.readmodel.model.ReadModel.reader``)."""
+    """One group at one version (``memory.readmodel.model.ReadModel.reader``): the version of the group's
+    snapshot when the reader first needs it (one that only reads an episode by id needs none)."""
 
     def __init__(
         self,
-        snapshot: GroupSnapshot,
+        group_id: str,
+        snapshot: Callable[[], GroupSnapshot],
         *,
         vectors: VectorReader,
         log: LogReader,
@@ -110,7 +113,8 @@ class GroupReader:
         open_episodes: Derivation[dict[str, Episode]],
         speakers: Derivation[frozenset[str]],
     ) -> None:
-        self._snapshot = snapshot
+        self.group_id = group_id
+        self._take = snapshot
         self._vectors = vectors
         self._log = log
         self._grown = grown  # the group's copy grew by a derived structure: the read model applies its bounds
@@ -118,9 +122,9 @@ class GroupReader:
         self._speakers = speakers
         self._read_vectors: dict[str, np.ndarray] = {}  # unit vectors ``vectors`` read from the store
 
-    @property
-    def group_id(self) -> str:
-        return self._snapshot.group_id
+    @functools.cached_property
+    def _snapshot(self) -> GroupSnapshot:
+        return self._take()
 
     @property
     def version(self) -> Version:
