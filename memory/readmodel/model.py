@@ -41,7 +41,7 @@ from memory.readmodel.reader import Derivation, GroupReader
 from memory.readmodel.snapshot import GroupSnapshot, Version
 from memory.readmodel.speakers import Speakers
 from memory.readmodel.upgrades import Upgrades
-from memory.store import versions
+from memory.readmodel.versions import Versions
 from memory.store.factory import Store
 
 
@@ -83,15 +83,13 @@ class ReadModel:
         two_step_records: int | None = TWO_STEP_RECORDS,
     ) -> None:
         self._store = store
-        self._connection = store.connection
-        self._feed = store.connection.feed
+        self._versions = Versions(store, recheck_s=recheck_s)
         self.max_bytes = max_bytes
         self.max_groups = max_groups
         self.full_group_bytes = full_group_bytes if full_group_bytes is not None else max_bytes // 2
         # Past the full bound, a group within this one keeps its unit vectors and messages (not its
         # records' metadata): a request then reads neither from Chroma nor from the log.
         self.vector_group_bytes = vector_group_bytes if vector_group_bytes is not None else max_bytes
-        self.recheck_s = recheck_s
         # A group of more records than this, read from Chroma, is read as columns first and the rest in
         # the background (memory.readmodel.build); None: always in one step.
         self.two_step_records = two_step_records
@@ -99,7 +97,6 @@ class ReadModel:
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._entries: OrderedDict[str, GroupSnapshot] = OrderedDict()
-        self._checked = threading.local()  # group -> (monotonic time, stamp) of this thread's last check
         self.hits = self.builds = self.evictions = self.invalidations = self.extensions = 0
         self.loads = 0
         self.build_seconds = 0.0
@@ -133,23 +130,6 @@ class ReadModel:
             speakers=self._speakers,
         )
 
-    # -- versions ---------------------------------------------------------------------------------
-
-    def version(self, group_id: str, *, fresh: bool, cached: GroupSnapshot | None) -> Version:
-        """The group's version now; the shared stamp is read again when ``fresh`` or when this thread
-        has not read it for ``recheck_s``."""
-        local = self._feed.version(group_id)
-        if not self._connection.shared:
-            return (local, None)
-        checked: dict[str, tuple[float, str | None]] = self._checked.__dict__.setdefault("groups", {})
-        now = time.monotonic()
-        last = checked.get(group_id)
-        if not fresh and last is not None and now - last[0] < self.recheck_s and cached is not None:
-            return (local, last[1])
-        stamp = self._store.group_reads.stamp(group_id)
-        checked[group_id] = (now, stamp)
-        return (local, stamp)
-
     # -- the cache --------------------------------------------------------------------------------
 
     def cached(self, group_id: str) -> GroupSnapshot | None:
@@ -160,8 +140,12 @@ class ReadModel:
         """The group's snapshot at its current version (built when there is none or it is stale): what a
         reader reads (tests and benchmarks look at it; the read path reads through ``reader``)."""
         cached = self.cached(group_id)
-        version = self.version(group_id, fresh=fresh, cached=cached)
-        if cached is not None and cached.version != version and self._own_stamp(cached, version):
+        version = self._versions.now(group_id, fresh=fresh, cached=cached is not None)
+        if (
+            cached is not None
+            and cached.version != version
+            and self._versions.moved_by_own_stamp(cached.version, version)
+        ):
             cached.version = version  # the stamp moved by this process's writes alone, all of them applied
         if cached is not None and cached.version == version:
             with self._lock:
@@ -197,8 +181,8 @@ class ReadModel:
             cached = self.cached(group_id)
             if cached is None or not cached.deferred:
                 return False
-            version = self.version(group_id, fresh=True, cached=None)
-            if upgraded.version != version and self._own_stamp(upgraded, version):
+            version = self._versions.now(group_id, fresh=True, cached=False)
+            if upgraded.version != version and self._versions.moved_by_own_stamp(upgraded.version, version):
                 upgraded.version = version  # the stamp moved by this process's writes alone, all of them applied
             if upgraded.version != version:
                 forward = self._extended(upgraded, version)
@@ -223,7 +207,7 @@ class ReadModel:
     def _read_whole(self, group_id: str, cancelled: Callable[[], bool]) -> GroupSnapshot:
         """The group read whole from the store (a background read)."""
         started = time.perf_counter()
-        version = self.version(group_id, fresh=True, cached=None)
+        version = self._versions.now(group_id, fresh=True, cached=False)
         snapshot = self._read(group_id, version, cancelled=cancelled)
         snapshot.built_s = time.perf_counter() - started
         return snapshot
@@ -256,10 +240,10 @@ class ReadModel:
         with self._lock:  # a deferred snapshot is not kept: the next start reads the group again
             entries = [snapshot for snapshot in self._entries.values() if not snapshot.deferred]
         for position, cached in enumerate(entries):  # brought up to date with this process's last writes
-            current = self._feed.version(cached.group_id)
+            current = self._versions.local(cached.group_id)
             if cached.version[0] < current:
                 entries[position] = self._extended(cached, (current, None)) or cached
-        self._files.close(entries, self._feed.version, self._derivations)
+        self._files.close(entries, self._versions.local, self._derivations)
         self._files = None
 
     def forget(self, group_id: str | None = None) -> None:
@@ -281,7 +265,7 @@ class ReadModel:
                 cached = self._entries.pop(group_id, None)
             if cached is None:
                 return
-            snapshot = self._extended(cached, self.version(group_id, fresh=True, cached=None))
+            snapshot = self._extended(cached, self._versions.now(group_id, fresh=True, cached=False))
             if snapshot is not None:
                 with self._lock:
                     self._entries[group_id] = snapshot
@@ -334,27 +318,16 @@ class ReadModel:
 
     # -- building -----------------------------------------------------------------------------------
 
-    def _own_stamp(self, cached: GroupSnapshot, version: Version) -> bool:
-        """With a Chroma server: the same writes of this process, and a stamp that moved by this
-        process's own key alone (a stamp read a moment late)."""
-        connection = self._connection
-        return (
-            connection.shared
-            and cached.version[0] == version[0]
-            and versions.only_own(cached.version[1], version[1], connection.run_id)
-        )
-
     def _extended(self, cached: GroupSnapshot | None, version: Version) -> GroupSnapshot | None:
         """The cached snapshot patched with what this process's writes since changed (memory.readmodel.patch),
         when the feed still has every one of them: no read of the group's records, and its keyword index
         patched rather than built again. With a Chroma server, only when the shared stamp says that no other
         process wrote since (memory.store.versions.only_own)."""
-        connection = self._connection
         if cached is None or version[0] <= cached.version[0]:
             return None
-        if connection.shared and not versions.only_own(cached.version[1], version[1], connection.run_id):
+        if not self._versions.only_own_writes(cached.version, version):
             return None
-        changes = self._feed.since(cached.group_id, cached.version[0], version[0])
+        changes = self._store.connection.feed.since(cached.group_id, cached.version[0], version[0])
         if changes is None:
             return None
         started = time.perf_counter()
