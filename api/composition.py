@@ -16,21 +16,27 @@ from memory.embedding.lazy import LazyEmbedder
 from memory.engine.folder_lock import release_folder
 from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
 from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
-from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator
+from memory.events import SessionOrder
+from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator, default_node_id
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor
+from memory.lifecycle.importing import Importer
 from memory.lifecycle.reembed import Reembedder
 from memory.lifecycle.reform import Reformer
+from memory.lifecycle.retention import Retention
 from memory.lifecycle.revisions import RevisionLog
 from memory.lifecycle.summaries import Summariser
-from memory.lifecycle.transfer import Transfer
+from memory.lifecycle.sweeper import RetentionSweeper
+from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.readmodel.model import ReadModel
 from memory.service import MemoryService
+from memory.store.bounded import CollectionSlots
 from memory.store.connection import open_connection
 from memory.store.factory import Store, open_store
+from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
 from retrieval.overview import Overview
 from retrieval.search import Searcher
@@ -81,6 +87,9 @@ def _build(
     if generator is None:
         generator = build_generator(settings, client)
     policy = segmentation_policy(settings)
+    webhooks = build_webhooks(settings, store, background=background)
+    closers.callback(webhooks.close)
+    events = SessionOrder(webhooks.outbox)  # every change, each session's in order, to the webhook outbox
     segmenter, segmenter_stats = build_segmenter(settings, policy, client)
     ingestor = Ingestor(
         log=store.log,
@@ -93,6 +102,7 @@ def _build(
         coordinator=build_coordinator(settings, store, closers),
         generation_concurrency=settings.llm_concurrency if client is not None else 1,
         idle=timedelta(seconds=settings.idle_seconds),
+        events=events,
     )
     summariser = Summariser(
         log=store.log, vectors=store.vectors, embedder=embedder, generator=generator if client is not None else None
@@ -102,14 +112,13 @@ def _build(
     llm_components: dict[str, Reporting[LLMCallStats]] = {"generator": generator}  # offline: all zero
     if segmenter_stats is not None:
         llm_components["segmenter"] = segmenter_stats
+    deleter = Deleter(log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer)
     memory = MemoryService(
         store=store,
         generator=generator,
         ingestor=ingestor,
         summariser=summariser,
-        deleter=Deleter(
-            log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer
-        ),
+        deleter=deleter,
         editor=Editor(
             log=store.log,
             vectors=store.vectors,
@@ -119,15 +128,29 @@ def _build(
             reformer=reformer,
         ),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
-        transfer=Transfer(log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id),
+        exporter=Exporter(log=store.log, vectors=store.vectors, model_id=store.model_id),
+        importer=Importer(
+            log=store.log, vectors=store.vectors, embedder=embedder, model_id=store.model_id, intake=ingestor.intake
+        ),
+        retention=Retention(
+            log=store.log, vectors=store.vectors, admin=store.admin, deleter=deleter, summariser=summariser
+        ),
         worker=FormationWorker(ingestor, scan_interval_s=scan_interval(settings), idle_s=settings.idle_seconds)
         if background
         else None,
         llm_components=llm_components,
         read_cache=read_model.stats,
         closers=[closers.close],
+        events=events,
     )
-    return read_side(settings, memory, read_model, embedder)
+    if background and settings.retention_sweep_interval_s > 0:
+        sweeper = RetentionSweeper(
+            groups=memory.groups_with_retention,
+            sweep=memory.sweep_retention,
+            interval_s=settings.retention_sweep_interval_s,
+        )
+        closers.callback(sweeper.close)
+    return read_side(settings, memory, read_model, embedder, webhooks)
 
 
 @dataclass(frozen=True)
@@ -141,10 +164,11 @@ class ServiceParts:
     searcher: Searcher
     context_builder: ContextBuilder
     overview: Overview
+    webhooks: Webhooks
 
 
 def read_side(
-    settings: Settings, memory: MemoryService, read_model: ReadModel, embedder: ServiceEmbedder
+    settings: Settings, memory: MemoryService, read_model: ReadModel, embedder: ServiceEmbedder, webhooks: Webhooks
 ) -> ServiceParts:
     """The read path over the read model, which the memory service tells of every change it announces
     (deletion receipts name it "keyword-index": the group's kept copy and keyword index are patched or dropped)."""
@@ -159,6 +183,7 @@ def read_side(
         searcher=Searcher(read_model=read_model, embedder=embedder),
         context_builder=ContextBuilder(read_model=read_model, embedder=embedder, count_wordpieces=wordpieces),
         overview=Overview(log=store.log, vectors=store.vectors),
+        webhooks=webhooks,
     )
 
 
@@ -179,16 +204,16 @@ def lazy_embedder(settings: Settings) -> LazyEmbedder:
 
 
 def build_connection(settings: Settings, closers: ExitStack) -> Any:
-    """A Chroma server connection, or the process's embedded Chroma on the data folder (its folder
+    """A Chroma deployment's connection, or the process's embedded Chroma on the data folder (its folder
     lock is released when the service closes)."""
     connection = open_connection(
         data_dir=settings.data_dir,
         host=settings.chroma_host,
-        port=settings.chroma_port,
-        ssl=settings.chroma_ssl,
-        timeout_s=settings.chroma_timeout_s,
         recycle_after=settings.chroma_recycle_after,
         max_open=settings.chroma_max_open,
+        deployment=settings.chroma_deployment(),
+        slots=CollectionSlots(reads=settings.chroma_concurrent_reads, writes=settings.chroma_concurrent_writes),
+        listing_page=settings.chroma_listing_page,
     )
     if not settings.chroma_host:
         closers.callback(release_folder, settings.data_dir)
@@ -267,3 +292,16 @@ def scan_interval(settings: Settings) -> float:
     if settings.formation_scan_interval_s is not None:
         return settings.formation_scan_interval_s
     return 60.0 if settings.chroma_host else 0.0
+
+
+def build_webhooks(settings: Settings, store: Store, *, background: bool) -> Webhooks:
+    """Subscriptions and the outbox; the delivery worker only on a server that delivers (``background``)."""
+    return Webhooks(
+        store.webhooks,
+        allow_hosts=settings.webhook_hosts,
+        node_id=settings.node_id or default_node_id(),
+        poll_s=settings.webhook_poll_s if background else 0.0,
+        timeout_s=settings.webhook_timeout_s,
+        max_age_s=settings.webhook_max_age_hours * 3600,
+        lease_ttl_s=settings.lease_ttl_s,
+    )

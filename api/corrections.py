@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from memory import tracing
 from memory.errors import InvalidInputError
 from memory.lifecycle.audit import LOCAL_ACTOR, AuditPage
 from memory.lifecycle.editing import DEFAULT_REPLACEMENT, EpisodeCorrection, Redaction
@@ -14,6 +15,7 @@ from memory.lifecycle.revisions import Revision
 from memory.models import Episode, check_scope_id
 from memory.receipts import RedactionReceipt
 from memory.service import MemoryService
+from memory.tracing import memory_operation
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -36,6 +38,7 @@ def _validated(model: type[M], values: dict[str, Any]) -> M:
 class Corrections:
     memory: MemoryService
 
+    @memory_operation("update_memory", tracing.on_episode)
     def correct_episode(
         self,
         group_id: str,
@@ -61,6 +64,7 @@ class Corrections:
         check_scope_ids(group_id, session_id)
         return self.memory.revisions(group_id, session_id, episode_id)
 
+    @memory_operation("update_memory", tracing.on_message)
     def redact_message(
         self,
         group_id: str,

@@ -18,7 +18,9 @@ from typing import Any
 
 from api.composition import build_service
 from api.corrections import Corrections
+from api.operations import Operations
 from api.settings import Settings
+from memory import tracing
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
@@ -27,13 +29,24 @@ from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
-from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, SessionInfo, check_scope_id
+from memory.models import (
+    BoundaryReason,
+    Episode,
+    GroupConfiguration,
+    Message,
+    SessionInfo,
+    check_client_messages,
+    check_client_metadata,
+    check_scope_id,
+)
 from memory.readmodel.model import ReadModel
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
+from memory.tracing import memory_operation
+from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
-from retrieval.filters import filter_match, passing_episodes
+from retrieval.filters import filter_match, shown_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
 from retrieval.search import Searcher
 from retrieval.timeline import timeline as read_timeline
@@ -61,7 +74,7 @@ def _session_scope(group_id: str, session_id: str | None) -> None:
     _scope_ids(group_id, *([session_id] if session_id is not None else []))
 
 
-class Epimem(Corrections):
+class Epimem(Corrections, Operations):
     """Everything epimem does, in process. Thread-safe."""
 
     def __init__(
@@ -74,6 +87,7 @@ class Epimem(Corrections):
         searcher: Searcher,
         context_builder: ContextBuilder,
         overview: Overview,
+        webhooks: Webhooks,
     ) -> None:
         self.settings = settings
         self.memory = memory
@@ -82,6 +96,7 @@ class Epimem(Corrections):
         self.searcher = searcher
         self.context_builder = context_builder
         self._overview = overview
+        self.webhooks = webhooks
 
     @classmethod
     def from_settings(
@@ -103,6 +118,7 @@ class Epimem(Corrections):
 
     # -- write ---------------------------------------------------------------------------------
 
+    @memory_operation("create_memory", tracing.on_messages)
     def add_messages(
         self, group_id: str, session_id: str, messages: Iterable[MessageInput], *, actor: str = LOCAL_ACTOR
     ) -> AddReceipt:
@@ -111,6 +127,7 @@ class Epimem(Corrections):
         _scope_ids(group_id, session_id)
         _not_reserved(session_id)
         parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        check_client_messages(parsed)
         return self.memory.add_messages(group_id, session_id, parsed, actor=actor)
 
     def flush(
@@ -134,6 +151,8 @@ class Epimem(Corrections):
         """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
         target = group_id or sample.sample_id
         _scope_ids(target)
+        for messages in sample.sessions.values():
+            check_client_messages(messages)
         return self.memory.ingest_sessions(target, sample.sessions)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -145,12 +164,14 @@ class Epimem(Corrections):
 
     # -- read ----------------------------------------------------------------------------------
 
+    @memory_operation("search_memory", tracing.on_query, tracing.returned)
     def search(self, group_id: str, query: str | SearchQuery, **options: Any) -> list[SearchHit]:
         _scope_ids(group_id)
         return self.searcher.search(
             group_id, query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
         )
 
+    @memory_operation("search_memory", tracing.on_query, tracing.cited)
     def context(self, group_id: str, query: str | ContextQuery, **options: Any) -> ContextResult:
         _scope_ids(group_id)
         request = query if isinstance(query, ContextQuery) else ContextQuery(query=query, **options)
@@ -169,10 +190,8 @@ class Epimem(Corrections):
         _session_scope(group_id, session_id)
         read_scope = Scope(**scope)
         wanted = read_scope.filter
-        passing = None
-        if wanted is not None:
-            group = self.read_model.reader(group_id)
-            passing = functools.partial(passing_episodes, group, filter_match(group, wanted))
+        group = self.read_model.reader(group_id)
+        passing = functools.partial(shown_episodes, group, filter_match(group, wanted)) if wanted is not None else None
         return read_timeline(
             self.memory.store.vectors,
             group_id,
@@ -182,6 +201,7 @@ class Epimem(Corrections):
             cursor=cursor,
             direction=Direction(order),
             passing=passing,
+            open_episodes=group.open_episodes().values(),
         )
 
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
@@ -208,6 +228,7 @@ class Epimem(Corrections):
     # -- groups and sessions --------------------------------------------------------------------------
 
     def put_group(self, config: GroupConfiguration) -> GroupConfiguration:
+        check_client_metadata(config.metadata, "group metadata")
         self.memory.put_group(config)
         return config
 
@@ -224,6 +245,7 @@ class Epimem(Corrections):
 
     def put_session(self, info: SessionInfo) -> SessionInfo:
         _not_reserved(info.session_id)
+        check_client_metadata(info.metadata, "session metadata")
         self.memory.put_session(info)
         return info
 
@@ -247,9 +269,11 @@ class Epimem(Corrections):
         return self._overview.group(group_id)[0]
 
     def timeline_histogram(self, group_id: str, scope: Scope, *, buckets: int) -> Histogram:
-        """How many episodes of the scope fall in each of ``buckets`` slices of its window, per session."""
+        """How many episodes of the scope (open episodes included, as in the timeline) fall in each of
+        ``buckets`` slices of its window, per session."""
         _scope_ids(group_id)
-        return self._overview.histogram(group_id, scope, buckets=buckets)
+        opened = self.read_model.reader(group_id).open_episodes().values()
+        return self._overview.histogram(group_id, scope, buckets=buckets, open_episodes=opened)
 
     def vector_count(self, group_id: str) -> int:
         _scope_ids(group_id)
@@ -257,18 +281,21 @@ class Epimem(Corrections):
 
     # -- lifecycle: deletion, summaries, export and import, model change ------------------------------
 
+    @memory_operation("delete_memory", tracing.on_group, tracing.removed)
     def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """The session's partition, messages and records; group summaries citing it are rebuilt
         from what remains (or removed). ``GROUP_SUMMARY_SESSION`` deletes every group summary."""
         _scope_ids(group_id, session_id)
         return self.memory.delete_session(group_id, session_id, actor=actor)
 
-    def delete_group(self, group_id: str) -> DeletionReceipt:
+    @memory_operation("delete_memory_store", tracing.on_group)
+    def delete_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """Everything of the group, in every collection. Idempotent; see memory.service for what
         happens to adds that run at the same time."""
         _scope_ids(group_id)
-        return self.memory.delete_group(group_id)
+        return self.memory.delete_group(group_id, actor=actor)
 
+    @memory_operation("delete_memory", tracing.on_message, tracing.removed)
     def delete_message(
         self, group_id: str, session_id: str, message_id: str, *, actor: str = LOCAL_ACTOR
     ) -> DeletionReceipt:
@@ -277,6 +304,7 @@ class Epimem(Corrections):
         _scope_ids(group_id, session_id)
         return self.memory.delete_message(group_id, session_id, message_id, actor=actor)
 
+    @memory_operation("delete_memory", tracing.on_episode, tracing.removed)
     def delete_episode(
         self, group_id: str, session_id: str, episode_id: str, *, actor: str = LOCAL_ACTOR
     ) -> DeletionReceipt:
@@ -321,13 +349,15 @@ class Epimem(Corrections):
         return self.memory.export_group(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
     ) -> ImportReceipt:
-        """Restore an export (into ``group_id``, default the exported group). The whole file is checked
-        before anything is written; embeddings of another model are rebuilt; importing twice is a no-op."""
+        """Import an export (into ``group_id``, default the exported group): it adds what the group lacks and
+        never changes what it holds (memory.lifecycle.importing). ``restore`` (in process: yes) lets it carry
+        what epimem made (episodes, summaries, revisions, embeddings); without it, sessions and messages only.
+        The whole file is checked before anything is written; importing twice is a no-op."""
         if group_id is not None:
             _scope_ids(group_id)
-        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor)
+        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor, restore=restore)
 
     def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
         """Rebuild the vectors of one group (or all) from the stored text with the configured model

@@ -51,7 +51,8 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str = "INFO") -> None:
     """JSON lines on stderr for the epimem loggers and uvicorn's error log (its access log is
-    replaced by ours, which carries the route template and request id)."""
+    replaced by ours, which carries the route template and request id); every other library's
+    warnings (the MCP SDK's among them) in the same format, through the root logger."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     for name in ("epimem", "uvicorn.error"):
@@ -60,3 +61,7 @@ def configure_logging(level: str = "INFO") -> None:
         logger.setLevel(level)
         logger.propagate = False
     logging.getLogger("uvicorn.access").disabled = True
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.WARNING)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # its INFO line per request is not a server event

@@ -33,8 +33,8 @@ def first_sessions(sample: LocomoSample, count: int | None) -> LocomoSample:
 
 
 def all_episodes(service: Epimem, group_id: str, **scope: Any) -> list[Episode]:
-    """Every episode of the group (within ``scope``, e.g. ``time="in May 2023"``) in time order,
-    read page by page through the timeline."""
+    """Every episode of the group (within ``scope``, e.g. ``time="in May 2023"``) in time order, read page by page
+    through the timeline: a session's pending messages as its open episode (``boundary_reason`` "open")."""
     episodes: list[Episode] = []
     cursor: str | None = None
     while True:

@@ -20,11 +20,14 @@ from fastapi_offline import FastAPIOffline
 from api.auth import KeyRing
 from api.explorer.routes import explorer, mount_ui
 from api.facade import Epimem
+from api.http.access import AccessCollector, attach_access, start_access, stop_access
 from api.http.corrections import corrections
 from api.http.error_handling import install_error_handlers
 from api.http.home import home
+from api.http.keys import keys_router
 from api.http.metrics import Metrics
 from api.http.middleware import RequestMiddleware
+from api.http.operations import operations
 from api.http.routes import ops, v1
 from api.http.telemetry import setup_tracing
 from api.mcp.http import mount_mcp
@@ -61,7 +64,7 @@ def _recover(app: FastAPI, service: Epimem) -> None:
 def create_app(service: Epimem | None = None, settings: Settings | None = None) -> FastAPI:
     if settings is None:
         settings = service.settings if service is not None else Settings()
-    keys = KeyRing.from_file(settings.api_keys_file)  # fails fast on a bad key file
+    keys = KeyRing.from_file(settings.api_keys_file, store=settings.api_keys_store)  # fails fast on a bad file
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,6 +73,8 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
         app.state.recovering = True
         if owned:
             app.state.service.embedder.load()  # a server loads its model before it listens
+            attach_access(app, app.state.service)
+        start_access(app)
         recovery = threading.Thread(target=_recover, args=(app, app.state.service), name="epimem-recovery", daemon=True)
         recovery.start()
         if not keys.enabled:
@@ -77,6 +82,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
         try:
             yield
         finally:
+            stop_access(app)
             recovery.join(timeout=RECOVERY_WAIT_AT_STOP_S)
             if recovery.is_alive() and owned:
                 # Waiting would hold a stop for as long as the recovery takes (an LLM call per
@@ -103,7 +109,11 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
             {"name": "sessions", "description": "session metadata"},
             {"name": "summaries", "description": "compaction of many episodes"},
             {"name": "export", "description": "a group as JSON Lines, and back"},
+            {"name": "retention", "description": "how long a group keeps its messages; sweeps with receipts"},
+            {"name": "webhooks", "description": "signed change events to subscribed URLs (admin of every group)"},
+            {"name": "backups", "description": "the server (or a group) in one file while it serves, and back"},
             {"name": "operations", "description": "health, readiness, metrics"},
+            {"name": "keys", "description": "API keys and their limits, managed live (an admin of every group)"},
         ],
     )
     app.state.settings = settings
@@ -111,9 +121,15 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
     app.state.service = service
     app.state.recovering = False
     app.state.metrics = Metrics(lambda: app.state.service)
+    app.state.quotas = None
+    if service is not None:
+        attach_access(app, service)
+    app.state.metrics.registry.register(AccessCollector(app))
     install_error_handlers(app)
     app.include_router(v1)
     app.include_router(corrections)
+    app.include_router(keys_router)
+    app.include_router(operations)  # retention, webhooks, backups
     app.include_router(home)  # GET /: where the docs and the explorer are
     app.include_router(ops)
     mount_mcp(app)  # /mcp: the MCP tools over streamable HTTP (with epimem-server[mcp])

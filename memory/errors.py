@@ -7,19 +7,23 @@ from __future__ import annotations
 from epimem_client.errors import (
     ConflictError,
     EpimemError,
+    ForbiddenError,
     InvalidInputError,
     ModelMismatchError,
     ModelNotFoundError,
     NotFoundError,
+    PayloadTooLargeError,
     StoreUnavailableError,
 )
 
 __all__ = [
     "ConflictError",
     "EpimemError",
+    "ForbiddenError",
     "InvalidInputError",
     "ModelMismatchError",
     "ModelNotFoundError",
     "NotFoundError",
+    "PayloadTooLargeError",
     "StoreUnavailableError",
 ]

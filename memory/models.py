@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import unicodedata
 import uuid as uuid_module
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from memory.errors import InvalidInputError
 from memory.timeutil import parse_timestamp, utc_now
 
 MAX_ID_LENGTH = 500
@@ -49,6 +52,46 @@ MessageId = Annotated[str, BeforeValidator(lambda v: check_message_id(v) if isin
 
 
 MAX_NESTING = 64  # levels of lists and objects inside one value (metadata)
+# What a client may put in metadata (a message's, a session's, a group's, an episode's user_metadata): at most
+# this many bytes as compact JSON (UTF-8), and no key of epimem's own (it marks redacted messages with one).
+MAX_METADATA_BYTES = 16_384
+RESERVED_PREFIX = "epimem_"
+
+
+def metadata_bytes(metadata: Any) -> int:
+    """The size of metadata as epimem bounds it: compact JSON, UTF-8."""
+    return len(json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8", "replace"))
+
+
+def reserved_keys(metadata: Any) -> list[str]:
+    """The top-level keys of ``metadata`` that epimem keeps for itself (``RESERVED_PREFIX``)."""
+    if not isinstance(metadata, dict):
+        return []
+    return sorted(key for key in metadata if isinstance(key, str) and key.casefold().startswith(RESERVED_PREFIX))
+
+
+def check_client_metadata(metadata: Any, where: str = "metadata") -> None:
+    """Raise ``InvalidInputError`` (422) for metadata a client may not give: a key of epimem's own, or more
+    than ``MAX_METADATA_BYTES``; the message names the key or the bound, never a value."""
+    reserved = reserved_keys(metadata)
+    if reserved:
+        raise InvalidInputError(
+            f"{where}: {reserved[0][:100]!r} is reserved for epimem (keys starting with {RESERVED_PREFIX!r} are "
+            "set by epimem only)",
+            details={"reserved_keys": [key[:100] for key in reserved[:20]]},
+        )
+    size = metadata_bytes(metadata)
+    if size > MAX_METADATA_BYTES:
+        raise InvalidInputError(
+            f"{where} is {size} bytes as JSON; at most {MAX_METADATA_BYTES} are kept",
+            details={"max_metadata_bytes": MAX_METADATA_BYTES, "bytes": size},
+        )
+
+
+def check_client_messages(messages: Sequence[Message]) -> None:
+    """``check_client_metadata`` for every message of a batch (the refusal names the message's id)."""
+    for message in messages:
+        check_client_metadata(message.metadata, f"metadata of message {message.id[:100]!r}")
 
 
 def value_problem(value: Any, depth: int = 0) -> str | None:

@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import NotFoundError
+from memory.events import ChangeType, SessionOrder, change, redacted, removal
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.timings import StageTimings
 from memory.ingest.worker import FormationWorker
@@ -30,16 +32,20 @@ from memory.lifecycle.audit import LOCAL_ACTOR, AuditAction, AuditPage, AuditTra
 from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.editing import Editor, EpisodeCorrection, Redaction
 from memory.lifecycle.export_format import ExportContents
+from memory.lifecycle.importing import Gates, Importer
 from memory.lifecycle.reembed import Progress, Reembedder, ReembedReport
+from memory.lifecycle.retention import Retention
 from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import Summariser
-from memory.lifecycle.transfer import Transfer
+from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
-from memory.models import BoundaryReason, Episode, GroupConfiguration, Message, MessageState, SessionInfo
+from memory.log_reads import LogReads
+from memory.models import BoundaryReason, Episode, Message
 from memory.readmodel.model import CacheStats
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt, RedactionReceipt
 from memory.store.factory import Store
+from memory.upkeep import Upkeep
 
 log = logging.getLogger("epimem")
 
@@ -59,7 +65,7 @@ class ServiceStats:
     read_cache: CacheStats | None = None  # what the read model holds (memory.readmodel.model)
 
 
-class MemoryService:
+class MemoryService(LogReads, Upkeep):
     def __init__(
         self,
         *,
@@ -69,12 +75,15 @@ class MemoryService:
         summariser: Summariser,
         deleter: Deleter,
         reembedder: Reembedder,
-        transfer: Transfer,
+        exporter: Exporter,
+        importer: Importer,
         editor: Editor,
+        retention: Retention,
         worker: FormationWorker | None = None,
         llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
         read_cache: Callable[[], CacheStats] | None = None,
         closers: Sequence[Callable[[], None]] = (),
+        events: SessionOrder | None = None,
     ) -> None:
         self.store = store
         self._generator = generator
@@ -82,13 +91,16 @@ class MemoryService:
         self._summariser = summariser
         self._deleter = deleter
         self._reembedder = reembedder
-        self._transfer = transfer
+        self._exporter = exporter
+        self._importer = importer
         self._editor = editor
+        self.retention = retention
         self.audit = AuditTrail(store.log)
         self._worker = worker
         self._llm_components = dict(llm_components or {})
         self._read_cache = read_cache  # the read model's figures (the service holds nothing of it)
         self._closers = list(closers)
+        self.events = events or SessionOrder()  # every change (memory.events); the ingestor's formations too
         self._gate = ReadersWriterLock()
         self._listeners: list[tuple[str, Listener]] = []
 
@@ -105,13 +117,16 @@ class MemoryService:
 
     # -- locks and change notification ----------------------------------------------------------------
 
-    def _changed(self, group_id: str, receipt: DeletionReceipt | None = None) -> None:
+    def _changed(self, group_id: str, receipt: DeletionReceipt | RedactionReceipt | None = None) -> None:
         for cache, listener in self._listeners:
             listener(group_id)
             if receipt is not None:
                 receipt.caches.append(cache)
-        if receipt is not None and receipt.collections:
+        if isinstance(receipt, DeletionReceipt) and receipt.collections:
             receipt.caches.append("collection-handles")
+
+    def _announce(self, kind: ChangeType, group_id: str, actor: str, session_id: str | None, **ids: Any) -> None:
+        self.events.publish(change(kind, group_id, actor=actor, session_id=session_id, **ids))
 
     @contextmanager
     def _alone(self, group_id: str, session_ids: Iterable[str]) -> Iterator[None]:
@@ -147,10 +162,17 @@ class MemoryService:
     def add_messages(
         self, group_id: str, session_id: str, messages: Sequence[Message], *, actor: str = LOCAL_ACTOR
     ) -> AddReceipt:
-        with self._gate.shared(group_id):
-            receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
-        if receipt.accepted:
-            self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
+        with self.events.adding(group_id, [session_id]):  # announced before a formation of them is
+            with self._gate.shared(group_id):
+                receipt = self._ingestor.intake.add_messages(group_id, session_id, messages)
+            if receipt.accepted:
+                self.audit.record(group_id, AuditAction.ADD, actor, session_id=session_id, targets=receipt.accepted)
+                self._announce(ChangeType.MESSAGES_ADDED, group_id, actor, session_id, messages=receipt.accepted)
+        self._added(group_id, session_id, receipt)
+        return receipt
+
+    def _added(self, group_id: str, session_id: str, receipt: AddReceipt) -> None:
+        """What follows messages added to a session: its idle timer, and formation once enough are pending."""
         if self._worker is not None and receipt.accepted:
             self._worker.touch(group_id, session_id)  # the session closes once it goes quiet
         if self._ingestor.needs_formation(receipt):
@@ -158,7 +180,6 @@ class MemoryService:
                 self._worker.submit(group_id, session_id)
             else:
                 self._ingestor.form_closed(group_id, session_id)
-        return receipt
 
     def flush(
         self,
@@ -183,8 +204,11 @@ class MemoryService:
     def ingest_sessions(self, group_id: str, sessions: Mapping[str, Sequence[Message]]) -> list[Episode]:
         """Several sessions of one group at once: their messages stored in one write while they are
         embedded in one call, then formed in one batch."""
-        with self._gate.shared(group_id):
+        with self.events.adding(group_id, sessions), self._gate.shared(group_id):
             embedded = self._ingestor.intake.store_and_embed(group_id, sessions)
+            for session_id, added in sessions.items():
+                ids = [m.id for m in added]
+                self._announce(ChangeType.MESSAGES_ADDED, group_id, LOCAL_ACTOR, session_id, messages=ids)
         return self._ingestor.form([(group_id, s) for s in sessions], close_tail=True, embedded=embedded)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -200,51 +224,6 @@ class MemoryService:
             self._worker.watch(self._ingestor.unfinished_sessions())
         return formed
 
-    # -- groups, sessions, messages (reads of the log) -------------------------------------------------
-
-    def put_group(self, config: GroupConfiguration) -> None:
-        self.store.log.put_group_config(config)
-
-    def group(self, group_id: str) -> GroupConfiguration:
-        """The group's configuration (a default one for a group that has sessions but none set)."""
-        config = self.store.log.get_group_config(group_id)
-        if config is not None:
-            return config
-        if not self.store.log.list_sessions(group_id):
-            raise NotFoundError("group not found")
-        return GroupConfiguration(group_id=group_id)
-
-    def group_exists(self, group_id: str) -> bool:
-        """Whether anything names the group (its registry entry or a session)."""
-        return self.store.log.group_exists(group_id) or bool(self.store.log.list_sessions(group_id))
-
-    def groups(self) -> list[str]:
-        return self.store.log.list_groups()
-
-    def put_session(self, info: SessionInfo) -> None:
-        self.store.log.put_session_info(info)
-
-    def session(self, group_id: str, session_id: str) -> SessionInfo:
-        info = self.store.log.get_session_info(group_id, session_id)
-        if info is None:
-            raise NotFoundError("session not found")
-        return info
-
-    def sessions(self, group_id: str) -> list[SessionInfo]:
-        return self.store.log.list_sessions(group_id)
-
-    def messages(self, group_id: str, session_id: str, *, unfinished: bool = False) -> list[Message]:
-        """The session's messages in event-time order (``unfinished``: only those not in an episode yet)."""
-        states = [MessageState.PENDING, MessageState.FORMING] if unfinished else None
-        return [stored.message for stored in self.store.log.list_messages(group_id, session_id, states=states)]
-
-    def vector_count(self, group_id: str) -> int:
-        return self.store.vectors.count(group_id)
-
-    def heartbeat(self) -> None:
-        """Raises ``StoreUnavailableError`` when the store cannot be reached."""
-        self.store.admin.heartbeat()
-
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     def delete_message(
@@ -254,6 +233,7 @@ class MemoryService:
         with self._alone(group_id, [session_id]):
             receipt = self._deleter.delete_message(group_id, session_id, message_id, before_erase=audited)
         self._changed(group_id, receipt)
+        self.events.publish(removal(ChangeType.MESSAGE_DELETED, group_id, session_id, receipt, actor))
         return receipt
 
     def delete_episode(
@@ -263,6 +243,7 @@ class MemoryService:
         with self._alone(group_id, [session_id]):
             receipt = self._deleter.delete_episode(group_id, session_id, episode_id, before_erase=audited)
         self._changed(group_id, receipt)
+        self.events.publish(removal(ChangeType.EPISODE_DELETED, group_id, session_id, receipt, actor))
         return receipt
 
     def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
@@ -273,9 +254,10 @@ class MemoryService:
             audited(receipt)
             self._deleter.purge_lease_residue(group_id, [session_id], group_deleted=False)
         self._changed(group_id, receipt)
+        self.events.publish(removal(ChangeType.SESSION_DELETED, group_id, session_id, receipt, actor))
         return receipt
 
-    def delete_group(self, group_id: str) -> DeletionReceipt:
+    def delete_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         with self._gate.exclusive(group_id):
             sessions = self._session_ids(group_id)
             with self._ingestor.hold(group_id, sessions):
@@ -283,6 +265,7 @@ class MemoryService:
             self._deleter.purge_lease_residue(group_id, sessions, group_deleted=True)
         log.info("deleted a group with %d sessions", len(sessions))
         self._changed(group_id, receipt)
+        self.events.publish(removal(ChangeType.GROUP_DELETED, group_id, None, receipt, actor))
         return receipt
 
     def generate_summaries(
@@ -305,24 +288,24 @@ class MemoryService:
         if summaries:
             targets = [e.uuid for e in summaries]
             self.audit.record(group_id, AuditAction.SUMMARISE, actor, session_id=session_id, targets=targets)
+            self._announce(ChangeType.SUMMARIES_CREATED, group_id, actor, session_id, summaries=targets)
         return summaries
 
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
         if not self.group_exists(group_id):
             raise NotFoundError("group not found")
-        return self._transfer.export(group_id, include_embeddings=include_embeddings)
+        return self._exporter.export(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR
+        self, contents: ExportContents, *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
     ) -> ImportReceipt:
+        """Add what the file holds and the group lacks; ``restore``: it may carry what epimem made (importing)."""
         target = group_id or contents.group_id
-        with self._alone(target, contents.session_ids):
-            receipt = self._transfer.import_(contents, group_id=target)
-            self._ingestor.intake.index_unindexed(
-                target, contents.session_ids
-            )  # a file without pending messages' vectors
+        gates = Gates(alone=self._alone, shared=self._gate.shared, added=self._added)
+        receipt = self._importer.run(contents, target, restore=restore, gates=gates)
         self._changed(target)
         self.audit.record(target, AuditAction.IMPORT, actor, targets=contents.session_ids)
+        self._announce(ChangeType.GROUP_IMPORTED, target, actor, None, sessions=contents.session_ids)
         return receipt
 
     def reembed(
@@ -352,6 +335,7 @@ class MemoryService:
             episode = self._editor.correct(group_id, session_id, episode_id, correction, actor=actor)
         self._changed(group_id)
         self.audit.record(group_id, AuditAction.CORRECT, actor, session_id=session_id, targets=[episode_id])
+        self._announce(ChangeType.EPISODE_CORRECTED, group_id, actor, session_id, episodes=[episode_id])
         return episode
 
     def revisions(self, group_id: str, session_id: str, episode_id: str) -> list[Revision]:
@@ -364,11 +348,10 @@ class MemoryService:
         with self._alone(group_id, [session_id]):
             receipt = self._editor.redact(group_id, session_id, message_id, redaction)
         if receipt.redacted:
-            for cache, listener in self._listeners:
-                listener(group_id)
-                receipt.caches.append(cache)
+            self._changed(group_id, receipt)
             targets = [message_id, *receipt.episodes]
             self.audit.record(group_id, AuditAction.REDACT, actor, session_id=session_id, targets=targets)
+            self.events.publish(redacted(group_id, session_id, receipt, actor))
         return receipt
 
     def audit_page(self, group_id: str, *, limit: int = 50, cursor: str | None = None) -> AuditPage:

@@ -216,7 +216,8 @@ class ContextBuilder:
     @traced("epimem.context.pack", _attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy.at_budget(query.token_budget)
-        group = self.read_model.reader(group_id, fresh=True)  # what this request reads: other servers' writes too
+        # What this request reads: one version of the group for the whole request, other servers' writes too.
+        group = self.read_model.reader(group_id, fresh=True)
         # Scoring the whole group's messages needs no candidate ranking (one vector query less).
         whole_group = policy.select == "group" and group_rows(group) is not None
         request = understand(group, query, policy)

@@ -12,7 +12,9 @@ metadata values. Every condition given must hold.
 An episode passes when its type passes and one of its messages passes (a summary, whose messages are
 its sources', passes on its type and its own ``user_metadata`` alone, and never when speakers or
 roles are asked for). Search returns the episodes that pass and names only the messages that pass;
-context cites only messages that pass; the timeline lists the episodes that pass.
+context cites only messages that pass; the timeline lists the episodes that pass. An episode some of
+whose messages do not pass is shown, in search hits and the timeline, as the messages that pass
+(``shown``): its own title and content would tell what the others said.
 
 Filters are checked here, in Python, on what the read path already holds: nothing of a filter ever
 reaches the store as query syntax. Keys are plain names (1-100 characters, no leading ``$``, no
@@ -27,14 +29,17 @@ from typing import Annotated, Any, Protocol, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from memory.models import MAX_ID_LENGTH, Episode, EpisodeType, Message, Role
+from memory.episodes.offline import offline_title
+from memory.models import MAX_ID_LENGTH, Episode, EpisodeType, GenerationMethod, Message, Role, Segment
 from memory.readmodel.reader import GroupReader
 from memory.store.records import VectorRecord
+from memory.text import clip, message_line
 from retrieval.speaker_names import speaker_names
 
 MAX_KEY_LENGTH = 100
 MAX_KEYS = 20
 MAX_VALUE_LENGTH = 1000
+SHOWN_CONTENT_CHARS = 4000  # an episode shown as the messages that pass a filter (``shown``)
 Scalar = str | bool | int | float
 
 
@@ -166,10 +171,35 @@ def filter_match(group: GroupReader, wanted: RecallFilter) -> FilterMatch:
     return FilterMatch(wanted, speaker_names(group))
 
 
-def passing_episodes(group: GroupReader, match: FilterMatch, episodes: list[Episode]) -> set[str]:
-    """The ids of the episodes that pass the filter."""
+def shown_episodes(group: GroupReader, match: FilterMatch, episodes: list[Episode]) -> dict[str, Episode]:
+    """The episodes that pass the filter, by id, each as the filter shows it (``shown``)."""
     messages = group.messages([e for e in episodes if not e.source_episode_ids])
-    return {e.uuid for e in episodes if match.episode(e, messages.get(e.uuid, []))}
+    found = {}
+    for episode in episodes:
+        own = messages.get(episode.uuid, [])
+        if match.episode(episode, own):
+            found[episode.uuid] = shown(episode, own, [m for m in own if match.message(m, episode)])
+    return found
+
+
+def shown(episode: Episode, messages: Sequence[Message], passing: Sequence[Message]) -> Episode:
+    """An episode as a filter shows it: whole when every one of its ``messages`` passes (and a summary always);
+    otherwise its title and content would tell what the messages that do not pass said, so it is shown as the
+    ``passing`` messages alone: their lines (clipped to ``SHOWN_CONTENT_CHARS``) as its content, a title made of
+    them, their ids as its sources (its id, type, time and user_metadata stay)."""
+    if episode.source_episode_ids or len(passing) == len(messages) or not passing:
+        return episode
+    ordered = sorted(passing, key=lambda m: m.timestamp)
+    segment = Segment(messages=tuple(ordered), boundary_reason=episode.boundary_reason)
+    return episode.model_copy(
+        update={
+            "title": offline_title(segment),
+            "content": clip("\n".join(message_line(m) for m in ordered), SHOWN_CONTENT_CHARS),
+            "source_message_ids": tuple(m.id for m in ordered),
+            "message_count": len(ordered),
+            "generation": GenerationMethod.OFFLINE,
+        }
+    )
 
 
 def passing_candidates(group: GroupReader, match: FilterMatch, candidates: Sequence[C]) -> list[C]:

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from memory.models import GroupConfiguration, MessageState, SessionInfo
+from memory.models import Episode, GroupConfiguration, MessageState, SessionInfo
 from memory.store.protocols import LogReader, VectorReader
 from memory.store.records import EPISODE_KINDS, open_episode_id
 from memory.timeutil import from_epoch, to_epoch
 from retrieval.scope import resolve_window, scope_filter
+from retrieval.timeline import in_selection
 from retrieval.types import Scope
 
 
@@ -118,12 +120,17 @@ class Overview:
         )
         return stats, sessions
 
-    def histogram(self, group_id: str, scope: Scope, *, buckets: int) -> Histogram:
+    def histogram(
+        self, group_id: str, scope: Scope, *, buckets: int, open_episodes: Iterable[Episode] = ()
+    ) -> Histogram:
         """Episodes per bucket and session over the scope's window (default: the episodes' own span,
-        with a margin so the first and last are not on the edge)."""
+        with a margin so the first and last are not on the edge). ``open_episodes``: the group's open episodes,
+        counted where the scope holds them (as the timeline shows them)."""
         window = resolve_window(scope)
-        found = self._vectors.records(group_id, selection=scope_filter(scope, window, kinds=EPISODE_KINDS))
+        selection = scope_filter(scope, window, kinds=EPISODE_KINDS)
+        found = self._vectors.records(group_id, selection=selection)
         records = [(record.session_id, record.timestamp) for record in found]
+        records += [(e.session_id, to_epoch(e.timestamp)) for e in open_episodes if in_selection(e, selection)]
         times = [ts for _, ts in records]
         if not times and (window.start is None or window.end is None):
             return EMPTY

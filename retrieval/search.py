@@ -26,7 +26,7 @@ from memory.tracing import group_hash, traced
 from retrieval.analysis import Request, understand
 from retrieval.candidates import Candidate, candidates, episode_score
 from retrieval.duplicates import drop_near_duplicates
-from retrieval.filters import filter_match
+from retrieval.filters import filter_match, shown
 from retrieval.policy import ScoringPolicy
 from retrieval.scoring import DERIVED, recency_factor, score_messages
 from retrieval.types import Order, ScoreComponents, SearchHit, SearchQuery
@@ -54,7 +54,7 @@ class Searcher:
 
     @traced("epimem.search", _attributes, lambda hits: {"hits": len(hits)})
     def search(self, group_id: str, query: SearchQuery) -> list[SearchHit]:
-        # What this request reads: another server's writes included.
+        # What this request reads (one version of the group, another server's writes included).
         request = understand(self.read_model.reader(group_id, fresh=True), query, self.policy)
         found = candidates(request, self._embedder, depth=max(50, query.k * 8))
         by_episode: dict[str, list[Candidate]] = defaultdict(list)
@@ -68,7 +68,8 @@ class Searcher:
         hits = hits[: query.k]
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
-        return self._expanded(request, hits) if query.expand else hits
+        # A filter shows an episode as what passes (retrieval.filters.shown), expanded or not.
+        return self._expanded(request, query, hits) if query.expand or query.filter is not None else hits
 
     def _evidence(self, request: Request, found: list[Candidate]) -> dict[str, float]:
         """Episode id -> the best message score of the episode (retrieval.scoring: the speakers and times the
@@ -115,17 +116,15 @@ class Searcher:
         return hits
 
     @staticmethod
-    def _expanded(request: Request, hits: list[SearchHit]) -> list[SearchHit]:
-        """The hits with their source messages (those the request's filter lets pass)."""
-        group, wanted = request.group, request.query.filter
-        match = filter_match(group, wanted) if wanted is not None else None
-        return [
-            hit.model_copy(
-                update={
-                    "messages": [
-                        m for m in group.source_messages(hit.episode) if match is None or match.message(m, hit.episode)
-                    ]
-                }
-            )
-            for hit in hits
-        ]
+    def _expanded(request: Request, query: SearchQuery, hits: list[SearchHit]) -> list[SearchHit]:
+        """The hits as the request's filter shows them (``shown``), with their source messages that it lets
+        pass when the query asks to expand them."""
+        group = request.group
+        match = filter_match(group, query.filter) if query.filter is not None else None
+        expanded = []
+        for hit in hits:
+            found = group.source_messages(hit.episode)
+            passing = [m for m in found if match is None or match.message(m, hit.episode)]
+            update = {"episode": shown(hit.episode, found, passing), "messages": passing if query.expand else None}
+            expanded.append(hit.model_copy(update=update))
+        return expanded

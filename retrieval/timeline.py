@@ -1,23 +1,32 @@
 """Timelines: a group's or session's episodes in event-time order, paged by a stable cursor.
 
+A session's pending messages (stored and recallable, not in an episode yet) take part as its open
+episode (memory.readmodel.open_episodes), at the time of its first message and named in the page's ``pending``: the
+timeline shows what was said, as search and context do.
+
 The cursor names the last item returned by (timestamp, uuid); the next page holds the items
 strictly after it in that order, so episodes that arrive meanwhile never make a page skip or
-repeat an item.
+repeat an item. Among items of the same time an open episode comes last, in either direction: the
+episodes its messages form (at the time of their first message) then fall before a cursor that passed it,
+and are not shown a second time.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from memory.errors import InvalidInputError
 from memory.models import Episode
 from memory.store.protocols import VectorReader
-from memory.store.records import EPISODE_KINDS
+from memory.store.records import EPISODE_KINDS, RecordFilter, is_open_episode_id
+from memory.timeutil import to_epoch
 from retrieval.scope import scope_filter
 from retrieval.types import Direction, Scope, TimelinePage
+
+OrderKey = tuple[float, bool, str]
 
 
 def encode_cursor(timestamp: float, episode_id: str) -> str:
@@ -33,6 +42,24 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         raise InvalidInputError("invalid timeline cursor") from error
 
 
+def order_key(timestamp: float, episode_id: str, direction: Direction) -> OrderKey:
+    """Where an item stands in the page order (sorted ascending for ``asc``, descending for ``desc``): by
+    time, then an open episode after the others of its time, then by id."""
+    opened = is_open_episode_id(episode_id)
+    return timestamp, opened if direction is Direction.ASC else not opened, episode_id
+
+
+def in_selection(episode: Episode, selection: RecordFilter) -> bool:
+    """Whether an episode that has no record (an open episode) falls in a record filter's sessions and times."""
+    ts = to_epoch(episode.timestamp)
+    return (
+        (selection.session_ids is None or episode.session_id in selection.session_ids)
+        and (selection.since is None or ts >= selection.since)
+        and (selection.before is None or ts < selection.before)
+        and (selection.until is None or ts <= selection.until)
+    )
+
+
 def timeline(
     vectors: VectorReader,
     group_id: str,
@@ -42,33 +69,36 @@ def timeline(
     limit: int = 50,
     cursor: str | None = None,
     direction: Direction = Direction.ASC,
-    passing: Callable[[list[Episode]], set[str]] | None = None,
+    passing: Callable[[list[Episode]], Mapping[str, Episode]] | None = None,
+    open_episodes: Iterable[Episode] = (),
 ) -> TimelinePage:
-    """``passing``: the ids of the episodes a filter lets pass (retrieval.filters), among those given."""
+    """``passing``: the episodes a filter lets pass among those given, by id, as it shows them (retrieval.filters);
+    ``open_episodes``: the group's open episodes (``GroupReader.open_episodes``), shown where the scope holds them."""
     scope = scope or Scope()
     if session_id is not None:
         scope = scope.model_copy(update={"session_ids": [session_id]})
     selection = scope_filter(scope, kinds=EPISODE_KINDS)
-    after: tuple[float, str] | None = decode_cursor(cursor) if cursor else None
-    if after is not None:  # the cursor's own time again: ties are told apart by id below
+    after: OrderKey | None = None
+    if cursor:
+        timestamp, episode_id = decode_cursor(cursor)
+        after = order_key(timestamp, episode_id, direction)
+        # the cursor's own time again: ties are told apart below
         if direction is Direction.ASC:
-            selection = replace(selection, since=max(after[0], selection.since or after[0]))
+            selection = replace(selection, since=max(timestamp, selection.since or timestamp))
         else:
-            selection = replace(selection, until=after[0])
-    records = vectors.records(group_id, selection=selection)
+            selection = replace(selection, until=timestamp)
+    items = [(record.timestamp, record.episode()) for record in vectors.records(group_id, selection=selection)]
+    items += [(to_epoch(e.timestamp), e) for e in open_episodes if in_selection(e, selection)]
     if passing is not None:
-        kept = passing([record.episode() for record in records])
-        records = [record for record in records if record.id in kept]
-    keyed = sorted(
-        ((record.timestamp, record.id, record) for record in records),
-        key=lambda item: (item[0], item[1]),
-        reverse=direction is Direction.DESC,
-    )
+        shown = passing([episode for _, episode in items])
+        items = [(ts, shown[episode.uuid]) for ts, episode in items if episode.uuid in shown]
+    descending = direction is Direction.DESC
+    keyed = sorted(((order_key(ts, e.uuid, direction), e) for ts, e in items), key=lambda k: k[0], reverse=descending)
     if after is not None:
-        if direction is Direction.ASC:
-            keyed = [item for item in keyed if (item[0], item[1]) > after]
-        else:
-            keyed = [item for item in keyed if (item[0], item[1]) < after]
+        keyed = [item for item in keyed if (item[0] < after if descending else item[0] > after)]
     page = keyed[:limit]
-    next_cursor = encode_cursor(page[-1][0], page[-1][1]) if len(keyed) > limit else None
-    return TimelinePage(episodes=[record.episode() for _, _, record in page], next_cursor=next_cursor)
+    next_cursor = encode_cursor(page[-1][0][0], page[-1][1].uuid) if len(keyed) > limit else None
+    episodes = [episode for _, episode in page]
+    return TimelinePage(
+        episodes=episodes, next_cursor=next_cursor, pending=[e.uuid for e in episodes if is_open_episode_id(e.uuid)]
+    )

@@ -99,6 +99,12 @@ class SearchHit(BaseModel):
 class TimelinePage(BaseModel):
     episodes: list[Episode]
     next_cursor: str | None = None
+    pending: list[str] = Field(
+        default_factory=list,
+        description="ids of the episodes of this page that are sessions' open episodes: messages stored and "
+        "recallable, not in an episode yet (boundary_reason 'open'); each becomes episodes once its session's "
+        "segment closes",
+    )
 
 
 class Citation(BaseModel):

@@ -1,11 +1,16 @@
 """Shared fixtures: the real bundled model (loaded once), real Chroma (embedded and a real
-`chroma run` server), services built through the composition root, real uvicorn servers of their apps.
-Shared helpers (builders, checks, servers, paths) are in tests/helpers/."""
+`chroma run` server behind a token-checking proxy), services built through the composition root, real
+uvicorn servers of their apps. Shared helpers (builders, checks, servers, paths) are in tests/helpers/.
+
+Every Chroma call epimem makes in the test processes is checked against Chroma Cloud's quotas
+(``helpers.cloud_profile``; ``EPIMEM_CLOUD_PROFILE=0`` leaves the check out); the run ends with its tally."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +20,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
+from helpers import cloud_profile  # noqa: E402
 from helpers.servers import AppServer, ChromaServer  # noqa: E402
+from helpers.token_proxy import ChromaDeployment  # noqa: E402
 
 from api.facade import Epimem  # noqa: E402
 from api.settings import Settings  # noqa: E402
@@ -30,6 +37,57 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=os.environ.get("EPIMEM_TEST_BACKENDS", ",".join(BACKENDS)),
         help="comma-separated Chroma backends for store tests: embedded, server",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("EPIMEM_CLOUD_PROFILE", "1") != "0":
+        cloud_profile.install()
+
+
+_WORKERS: list[dict[str, Any]] = []  # the cloud profile's tallies of pytest-xdist's workers
+PROXIED: Counter[str] = Counter()  # requests the token proxy of the server backend forwarded and refused
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    summary = {**cloud_profile.TALLY.summary(), "proxy": dict(PROXIED)}
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["cloud_profile"] = json.dumps(summary)
+    if summary["exceeded"]:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    found = getattr(node, "workeroutput", {}).get("cloud_profile")
+    if found:
+        _WORKERS.append(json.loads(found))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    tallies = [*_WORKERS, {**cloud_profile.TALLY.summary(), "proxy": dict(PROXIED)}]
+    proxied: Counter[str] = Counter()
+    for tally in tallies:
+        proxied.update(tally.get("proxy", {}))
+    if proxied:
+        terminalreporter.write_line(
+            f"token proxy of the server backend: {proxied['forwarded']} Chroma requests forwarded, "
+            f"{proxied['refused']} refused"
+        )
+    if os.environ.get("EPIMEM_CLOUD_PROFILE", "1") == "0":
+        return
+    by_call: Counter[str] = Counter()
+    for tally in tallies:
+        by_call.update(tally["by_call"])
+    exceeded = [line for tally in tallies for line in tally["exceeded"]]
+    most = {kind: max(t["most_in_flight_per_collection"][kind] for t in tallies) for kind in ("read", "write")}
+    terminalreporter.write_line(
+        f"cloud profile: {sum(by_call.values())} Chroma calls of epimem checked against Chroma Cloud's quotas, "
+        f"{len(exceeded)} over a limit; most in flight on one collection: {most['read']} reads, {most['write']} "
+        f"writes; by call: {dict(sorted(by_call.items()))}"
+    )
+    for line in exceeded[:20]:
+        terminalreporter.write_line(f"cloud profile: over a limit: {line}")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -47,12 +105,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # the end. A file not listed costs DEFAULT_COST and keeps its place among those.
 FILE_COSTS = {
     "tests/memory/test_concurrency.py": 890,
+    "tests/integration/test_formation_reads.py": 600,
     "tests/integration/test_docs.py": 520,
     "tests/integration/test_notebooks.py": 400,
     "tests/memory/test_lifecycle.py": 390,
     "tests/integration/test_retrieval_locomo.py": 375,
     "tests/integration/test_benchmarks_short.py": 340,
     "tests/memory/test_erasure.py": 325,
+    "tests/memory/test_long_records.py": 260,
     "tests/retrieval/test_retrieval.py": 190,
     "tests/integration/test_faults.py": 175,
     "tests/retrieval/test_read_caches.py": 170,
@@ -65,16 +125,33 @@ FILE_COSTS = {
     "tests/memory/test_foundation.py": 110,
     "tests/api/test_api.py": 110,
     "tests/api/test_hostile_input.py": 105,
+    "tests/api/test_keys.py": 105,
+    "tests/api/test_limits.py": 80,
+    "tests/api/test_operating_docs.py": 60,
+    "tests/integration/test_shared_access.py": 55,
     "tests/api/test_startup.py": 105,
     "tests/memory/test_snapshot_patches.py": 105,
     "tests/memory/test_crash.py": 105,
+    "tests/memory/test_deployment.py": 100,
     "tests/integration/test_live_memory.py": 105,
     "tests/memory/test_export.py": 100,
     "tests/memory/test_speed_paths.py": 90,
     "tests/api/test_stop_during_recovery.py": 80,
     "tests/memory/test_engine_restart.py": 75,
+    "tests/api/test_import_history.py": 300,
+    "tests/api/test_import_chunks.py": 150,
+    "tests/api/test_import_fuzz.py": 130,
     "tests/api/test_import_integrity.py": 75,
     "tests/integration/test_scaleout.py": 70,
+    "tests/memory/test_webhooks.py": 150,
+    "tests/memory/test_retention.py": 150,
+    "tests/memory/test_backup.py": 120,
+    "tests/api/test_operations_http.py": 60,
+    # Estimated from runs of the file alone under load (scaled to the figures above): two wheels built, the client
+    # installed alone into a fresh venv and then its framework extras.
+    "tests/integration/test_distributions.py": 200,
+    "tests/api/test_cli.py": 80,
+    "tests/api/test_cli_remote.py": 60,
 }
 DEFAULT_COST = 40
 
@@ -104,6 +181,23 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaSe
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def chroma_deployment(
+    chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChromaDeployment]:
+    """The Chroma server as the server backend's tests reach it: behind a token-checking proxy (a process),
+    in a tenant and a database of their own, which the first service creates. ``EPIMEM_TEST_CHROMA_PROXY=0``:
+    the server directly, default tenant and database (to measure what the proxy costs)."""
+    if os.environ.get("EPIMEM_TEST_CHROMA_PROXY", "1") == "0":
+        yield ChromaDeployment.direct(chroma_server.port)
+        return
+    deployment = ChromaDeployment.proxied(chroma_server.port, log=tmp_path_factory.mktemp("proxy") / "proxy.log")
+    yield deployment
+    if deployment.proxy is not None:
+        PROXIED.update(deployment.proxy.counts())
+    deployment.stop()
+
+
 @pytest.fixture
 def settings_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Settings]:
     """Settings for the backend under test; each test gets its own data folder."""
@@ -111,8 +205,8 @@ def settings_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -
     def make(**overrides: object) -> Settings:
         values: dict[str, object] = {"data_dir": tmp_path / "data"}
         if backend == "server":
-            server: ChromaServer = request.getfixturevalue("chroma_server")
-            values.update(chroma_host="127.0.0.1", chroma_port=server.port)
+            deployment: ChromaDeployment = request.getfixturevalue("chroma_deployment")
+            values.update(deployment.settings())
         values.update(overrides)
         return Settings(**values)  # type: ignore[arg-type]
 

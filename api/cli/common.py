@@ -1,110 +1,82 @@
-"""What every ``epimem`` command shares: the consoles, the common options, the in-process service
-on the data folder with its errors as one plain line, JSON output, progress bars."""
+"""What the server's commands share: the data folder in process (the ``Local`` of the thin client's data
+commands, ``epimem_client.cli.target``), the readers of files only the server parses (LoCoMo), settings
+from the options, progress bars. The facade and the readers load only when a command works on a data folder:
+a command on a running epimem (``--url``) loads neither the model nor Chroma."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import BaseModel
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from api.cli.startup import StartupError, check_data_dir
-from api.facade import Epimem
-from api.settings import Settings
-from memory.embedding.lazy import LazyEmbedder
-from memory.errors import EpimemError
-from retrieval.filters import RecallFilter
+from epimem_client.cli.groups import progress
+from epimem_client.cli.output import err, fail, out, print_json
+from epimem_client.cli.recall import AsJson
+from epimem_client.cli.target import Batches, Local, one_line_errors
+from epimem_client.errors import InvalidInputError
 
-out = Console()
-err = Console(stderr=True)
+if TYPE_CHECKING:  # loaded by the commands that run in process: a command with --url never imports them
+    from api.facade import Epimem
+    from api.settings import Settings
 
 DataDir = Annotated[
     Path | None,
     typer.Option("--data-dir", envvar="EPIMEM_DATA_DIR", help="data folder (default ./data)", show_default=False),
 ]
-AsJson = Annotated[bool, typer.Option("--json", help="print JSON instead of a table")]
-Session = Annotated[str | None, typer.Option("--session", "-s", help="only this session")]
-Speakers = Annotated[
-    list[str] | None, typer.Option("--speaker", help="only what this speaker said (id or a known name; repeatable)")
-]
 
-
-def speaker_filter(speakers: list[str] | None) -> RecallFilter | None:
-    return RecallFilter(speakers=speakers) if speakers else None
+__all__ = ["AsJson", "DataDir", "err", "fail", "local", "open_service", "out", "print_json", "progress", "settings_for"]
 
 
 def settings_for(data_dir: Path | None) -> Settings:
+    from api.settings import Settings
+
     return Settings(data_dir=data_dir) if data_dir is not None else Settings()
 
 
 @contextmanager
 def open_service(ctx: typer.Context, data_dir: Path | None) -> Iterator[Epimem]:
+    """The facade on the data folder (or the Chroma server of ``EPIMEM_CHROMA_HOST``), closed after the command;
+    every epimem error, opening or inside the block, said in one line (``one_line_errors``)."""
+    from api.cli.startup import StartupError, check_data_dir
+    from api.facade import Epimem
+    from memory.embedding.lazy import LazyEmbedder
+
     # ctx.obj may carry an already loaded embedder (tests, or a host program invoking the CLI).
-    embedder = (ctx.obj or {}).get("embedder") if isinstance(ctx.obj, dict) else None
+    obj = ctx.find_root().obj
+    embedder = obj.get("embedder") if isinstance(obj, dict) else None
     settings = settings_for(data_dir)
     try:
         if settings.chroma_host is None:
             check_data_dir(settings.data_dir)
+    except StartupError as error:
+        fail(str(error), 1)
+    with one_line_errors():
         service = Epimem.from_settings(settings, background=False, embedder=embedder)
         if isinstance(service.embedder, LazyEmbedder):  # say what the wait is for, if the command needs the model
             service.embedder.announce = lambda: err.print("loading the embedding model…", style="dim")
-    except StartupError as error:
-        fail(str(error), 1)
-    except EpimemError as error:  # e.g. the folder is held by a running server
-        fail(error.message, 1, code=error.code)
-    try:
-        yield service
-    except EpimemError as error:
-        fail(error.message, 1, code=error.code)
-    except ValueError as error:  # bad input caught by validation (ids, query fields)
-        fail(str(error), 1, code="invalid_input")
-    finally:
-        service.close()
+        try:
+            yield service
+        finally:
+            service.close()
 
 
-def print_json(value: Any) -> None:
-    if isinstance(value, BaseModel):
-        text = value.model_dump_json(indent=2)
-    else:
-        text = json.dumps(value, indent=2, ensure_ascii=False, default=json_default)
-    sys.stdout.write(text + "\n")
+def locomo_batches(path: Path, group: str | None) -> Batches:
+    """A LoCoMo file as (group, session, messages) batches: one group per sample (``group``: the only one)."""
+    from memory.ingest.importers import read_locomo
+
+    samples = read_locomo(path)
+    if group is not None and len(samples) != 1:
+        raise InvalidInputError(f"--group needs a file with one sample; this one has {len(samples)}")
+    return [
+        (group or sample.sample_id, session_id, messages)
+        for sample in samples
+        for session_id, messages in sample.sessions.items()
+    ]
 
 
-def json_default(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"cannot write {type(value).__name__} as JSON")
-
-
-def short(text: str, width: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def fail(message: str, status: int = 2, *, code: str | None = None) -> NoReturn:
-    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix. Every
-    command says it the same way: ``error (code): message``, or ``error: message`` for a mistake with no
-    code of the HTTP API (a bad option, a data folder that cannot be used)."""
-    typer.echo(f"error ({code}): {message}" if code else f"error: {message}", err=True)
-    raise typer.Exit(status)
-
-
-def progress() -> Progress:
-    return Progress(
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
+def local() -> Local:
+    """What the server install adds to the thin client's data commands."""
+    return Local(open=open_service, readers={"locomo": locomo_batches})

@@ -1,17 +1,14 @@
-"""The ``epimem`` console script. The command line belongs to the server (``epimem-server``); an environment
-without the server's packages gets one clear line instead of a traceback. ``epimem mcp`` also runs without
-them when it talks to a running epimem (``--url``)."""
+"""The ``epimem`` console script of the server install (``api.cli.main``). An environment without the server's
+packages runs the thin client's command line instead (``epimem_client.cli``: every data command on a running
+epimem, ``--url``; the server's own commands say that they need it); ``epimem mcp`` also runs without them
+when it talks to a running epimem (``--url``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 
-SERVER_MODULES = ("typer", "fastapi", "chromadb", "torch", "sentence_transformers")
-HINT = (
-    "epimem: the command line is part of the server; install it with: pip install epimem-server "
-    "(from a clone: pip install -e .)"
-)
+SERVER_MODULES = ("fastapi", "chromadb", "torch", "sentence_transformers")
 
 
 def missing_server_modules() -> list[str]:
@@ -47,8 +44,10 @@ def main() -> None:
 
         raise SystemExit(mcp_main(args[1:]))
     if missing:
-        print(f"{HINT} (missing: {', '.join(missing)})", file=sys.stderr)
-        raise SystemExit(1)
+        from epimem_client.cli.app import main as thin_main
+
+        thin_main()
+        return
     from api.cli.main import app
 
     app()

@@ -13,11 +13,7 @@ from typing import Annotated
 import typer
 
 from api.cli.common import fail
-from memory.engine.erasure import erase_folder
-from memory.engine.folder_lock import LOCK_NAME, lock_folder, release_folder
-from memory.errors import EpimemError
-from memory.store.codec import unstamped
-from memory.store.connection import PARTITIONS_FOLDER
+from epimem_client.errors import EpimemError
 
 
 def erase_residue(
@@ -32,6 +28,11 @@ def erase_residue(
     """Erase deleted data left in a stopped Chroma folder: rebuild collections whose write log names
     deleted or overwritten records, drop write-log rows of dropped collections, vacuum with
     secure_delete, remove orphaned segment folders."""
+    from memory.engine.erasure import erase_folder  # Chroma loads for this command only
+    from memory.engine.folder_lock import LOCK_NAME, lock_folder, release_folder
+    from memory.store.codec import unstamped
+    from memory.store.connection import PARTITIONS_FOLDER
+
     # An epimem data folder (<data>/chroma): hold its lock, so a running service is never scrubbed under it.
     data_dir = chroma_path.resolve().parent
     locked = (data_dir / LOCK_NAME).exists()

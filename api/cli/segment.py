@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from api.cli.common import fail
-from api.composition import lazy_embedder, segmentation_policy
-from api.settings import Settings
-from memory.episodes.segmentation import GapDecision, decide_gaps
-from memory.errors import EpimemError, InvalidInputError
-from memory.ingest.importers import read_jsonl
-from memory.text import message_line
+from epimem_client.errors import EpimemError, InvalidInputError
+
+if TYPE_CHECKING:  # the model and the segmenter load for this command only
+    from memory.episodes.segmentation import GapDecision
 
 REQUIRED = ("group_id", "session_id", "id", "content")
 
@@ -64,6 +62,10 @@ def segment(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per gap")] = False,
 ) -> None:
     """Score every gap between consecutive messages and show where episodes would end (stores nothing)."""
+    from api.settings import Settings
+    from memory.ingest.importers import read_jsonl
+    from memory.text import message_line
+
     settings = Settings()
     try:
         if not file.is_file():
@@ -74,6 +76,9 @@ def segment(
         fail(error.message, 2, code=error.code)
     except (FileNotFoundError, UnicodeDecodeError) as error:
         fail(str(error), 2)
+    from api.composition import lazy_embedder, segmentation_policy
+    from memory.episodes.segmentation import decide_gaps
+
     embedder = lazy_embedder(settings)
     policy = segmentation_policy(settings)
     for group_id, session_id, messages in batches:

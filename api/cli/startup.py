@@ -3,7 +3,8 @@
 Every check fails with ``StartupError`` (one plain line for the terminal, exit status 2) before the
 model loads or the store opens: the data folder (exists or can be created, is a folder, writable),
 the port (bound here, then handed to uvicorn, so no other process can take it in between), the key
-file, and the folder lock of an embedded store.
+file, the folder lock of an embedded store, and a Chroma deployment (it answers, takes the token, and
+has the tenant and database or lets them be created).
 """
 
 from __future__ import annotations
@@ -67,22 +68,39 @@ def check_keys(settings: Settings) -> KeyRing:
     if path is not None and not Path(path).is_file():
         raise StartupError(f"API key file {path} (EPIMEM_API_KEYS_FILE) does not exist or is not a file")
     try:
-        return KeyRing.from_file(path)
+        return KeyRing.from_file(path, store=settings.api_keys_store)
+    except EpimemError as error:
+        raise StartupError(error.message) from None
+
+
+def check_deployment(settings: Settings) -> None:
+    """The Chroma deployment answers, takes the token, and has the tenant and database (or made them)."""
+    from memory.store.deployment import connect  # chromadb: only for a start on a Chroma deployment
+
+    deployment = settings.chroma_deployment()
+    if deployment is None:
+        return
+    try:
+        connect(deployment)
     except EpimemError as error:
         raise StartupError(error.message) from None
 
 
 def check_before_loading(settings: Settings, *, host: str, port: int) -> tuple[KeyRing, socket.socket]:
     """Every check that needs no model; the embedded folder's lock is taken and kept for the process.
-    Returns the keys and the bound socket. The port is bound before the folder is locked: a busy port stops
-    the start without touching the data folder (no ``epimem.lock`` written)."""
+    Returns the keys and the bound socket. The port is bound before anything touches the data folder: a busy
+    port stops the start with the folder as it was (not created, no ``epimem.lock`` written)."""
     keys = check_keys(settings)
-    if settings.chroma_host is None:
-        check_data_dir(settings.data_dir)
+    if settings.chroma_host is not None:
+        check_deployment(settings)
     sock = bind_port(host, port)
     if settings.chroma_host is None:
         try:
+            check_data_dir(settings.data_dir)
             lock_folder(settings.data_dir)
+        except StartupError:
+            sock.close()
+            raise
         except EpimemError as error:
             sock.close()
             raise StartupError(error.message) from None

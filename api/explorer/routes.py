@@ -27,7 +27,7 @@ from retrieval.types import Scope
 UI_DIR = Path(__file__).parent / "ui"
 MAX_BUCKETS = 400
 
-explorer = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503))
+explorer = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 429, 503))
 
 
 class WhoAmI(BaseModel):

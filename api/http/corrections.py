@@ -19,7 +19,7 @@ from memory.lifecycle.revisions import Revision
 from memory.models import Episode
 from memory.receipts import RedactionReceipt
 
-corrections = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 413, 415, 422, 503))
+corrections = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 413, 415, 422, 429, 503))
 
 
 class EpisodeCorrectionIn(BaseModel):

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.errors import TooManyRequestsError
 from memory.errors import EpimemError, StoreUnavailableError
 
 log = logging.getLogger("epimem.api")
@@ -63,7 +64,7 @@ def _validation_details(errors: Any) -> list[dict[str, Any]]:
 async def _epimem_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, EpimemError)
     headers = None
-    if isinstance(error, StoreUnavailableError):
+    if isinstance(error, StoreUnavailableError | TooManyRequestsError):
         headers = {"Retry-After": str(error.retry_after)}
     if error.status_code >= 500:
         log.error("request failed: %s (%s)", error.code, error.message)
@@ -129,6 +130,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
         413: "request body too large",
         415: "a request that changes state takes JSON (application/json, or application/x-ndjson to import)",
         422: "invalid input",
+        429: "over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds",
         503: "the vector store is unavailable; retry after `Retry-After` seconds",
     }
     return {status: {"model": ErrorBody, "description": descriptions.get(status, "error")} for status in statuses}

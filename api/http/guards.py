@@ -6,9 +6,10 @@
   is not), and an ``Origin`` header, which browsers send on cross-origin requests, must be a
   loopback origin: a web page of another site cannot read or write a local epimem.
 - **Body content types**: a request that may change state (POST, PUT, PATCH, DELETE) and declares
-  a body type must declare JSON (``application/json``, parameters allowed, or ``*+json``) or JSON
-  Lines (``application/x-ndjson`` and its aliases). ``text/plain``, forms and multipart — what a web
-  page can send without a CORS preflight — are refused with 415.
+  a body type must declare JSON (``application/json``, parameters allowed, or ``*+json``), JSON
+  Lines (``application/x-ndjson`` and its aliases) or, for a restore, ``application/gzip``.
+  ``text/plain``, forms and multipart — what a web page can send without a CORS preflight — are
+  refused with 415.
 - **Keys first**: with keys configured, such a request without a valid key is refused with 401
   before a byte of its body is read (the routes still check each key's groups and role).
 """
@@ -31,6 +32,7 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_TYPES = frozenset(
     {"application/json", "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"}
 )
+BACKUP_TYPE = "application/gzip"  # a restore's body (a browser sends it only after a CORS preflight)
 # Starlette's in-process TestClient: not a socket peer, so never a remote client.
 _IN_PROCESS = ("testclient", "testserver")
 
@@ -104,7 +106,7 @@ def _content_type_refusal(declared: str | None) -> Response | None:
     if declared is None:
         return None  # no body type declared: not a browser form; the route reads what it expects
     media = declared.split(";", 1)[0].strip().lower()
-    if media in JSON_TYPES or (media.startswith("application/") and media.endswith("+json")):
+    if media in JSON_TYPES or media == BACKUP_TYPE or (media.startswith("application/") and media.endswith("+json")):
         return None
     return error_response(
         415,

@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
 from api.facade import Epimem
+from api.http.access import add_within_limits
 from api.http.error_handling import error_responses
 from api.http.params import EpisodeIdPath, FilterQuery, GroupId, MessageIdPath, SessionId, SessionIdQuery, parse_filter
 from api.http.schemas import (
@@ -76,7 +77,7 @@ WRITE = _authorizer(Role.WRITE)
 ADMIN = _authorizer(Role.ADMIN)
 SERVER_ADMIN = _authorizer(Role.ADMIN, server_wide=True)  # figures of every group: a key for '*'
 
-v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 503))
+v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 429, 503))
 ops = APIRouter(tags=["operations"])
 
 GROUP = "/groups/{group_id}"
@@ -96,15 +97,15 @@ def add_messages(
     group_id: GroupId,
     session_id: SessionId,
     body: MessagesIn,
-    service: ServiceDep,
     settings: SettingsDep,
     who: Annotated[Principal, WRITE],
+    request: Request,
 ) -> AddReceipt:
     """Stores the messages durably before answering. Episodes form off the request path once
     enough messages are pending, or on flush. The same id with the same content again is reported as
-    a duplicate; the same id with other content is a 409 and nothing of the batch is written."""
+    a duplicate; the same id with other content is a 409 and nothing of the batch is written (429 too)."""
     check_batch(body.messages, settings)
-    return service.add_messages(group_id, session_id, body.messages, actor=who.actor)
+    return add_within_limits(request, who, group_id, session_id, body.messages)
 
 
 @v1.get(SESSION + "/messages", tags=["messages"], dependencies=[READ], summary="Message history of a session")
@@ -260,9 +261,9 @@ def get_group(group_id: GroupId, service: ServiceDep) -> GroupConfiguration:
     return service.get_group(group_id)
 
 
-@v1.delete(GROUP, tags=["groups"], dependencies=[ADMIN], summary="Delete a group and everything in it")
-def delete_group(group_id: GroupId, service: ServiceDep) -> DeletionReceipt:
-    return service.delete_group(group_id)
+@v1.delete(GROUP, tags=["groups"], summary="Delete a group and everything in it")
+def delete_group(group_id: GroupId, service: ServiceDep, who: Annotated[Principal, ADMIN]) -> DeletionReceipt:
+    return service.delete_group(group_id, actor=who.actor)
 
 
 @v1.get(GROUP + "/sessions", tags=["sessions"], dependencies=[READ], summary="The sessions of a group")
@@ -351,8 +352,8 @@ def export_group(
 async def import_group(
     group_id: GroupId, request: Request, service: ServiceDep, who: Annotated[Principal, WRITE]
 ) -> ImportReceipt:
-    """The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
-    this server's export wrote imports back."""
+    """Streams in (up to `max_import_bytes`); adds what the group lacks, never changes it (409). A write key
+    imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines: list[str] = []
     tail, read = "", 0
@@ -367,8 +368,8 @@ async def import_group(
         raise InvalidInputError("the import body is not UTF-8 text", details={"position": read + error.start}) from None
     if tail.strip():
         lines.append(tail)
-    receipt: ImportReceipt = await run_in_threadpool(service.import_group, lines, group_id=group_id, actor=who.actor)
-    return receipt
+    restore = who.key is None or (who.key.role >= Role.ADMIN and who.key.every_group)
+    return await run_in_threadpool(service.import_group, lines, group_id=group_id, actor=who.actor, restore=restore)
 
 
 # -- operations --------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ Without the extra or without an endpoint nothing is installed and nothing change
 
 Health, readiness and metrics requests are not traced. Span attributes carry sizes and costs,
 never message text or keys; ids in URL paths (groups, sessions, episodes, messages) and query
-strings are replaced by placeholders before any exporter sees them.
+strings are replaced by placeholders before any exporter sees them. The operations on memory are spans
+of OpenTelemetry's GenAI memory conventions (``memory.tracing.memory_operation``); the text of a search
+is in them only with ``EPIMEM_TRACE_QUERY_TEXT=true``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def setup_tracing(app: FastAPI, tracer_provider: Any = None) -> bool:
         exclude_spans=["receive", "send"],
         server_request_hook=scrub_ids,
     )
-    tracing.enable(tracer_provider)
+    settings = getattr(app.state, "settings", None)
+    tracing.enable(tracer_provider, query_text=bool(getattr(settings, "trace_query_text", False)))
     app.state.tracer_provider = tracer_provider
     return True

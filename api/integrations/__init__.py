@@ -1,3 +1,4 @@
-"""Adapters for agent frameworks, each an optional extra: ``langchain`` (``epimem-server[langchain]``) and
-``llamaindex`` (``epimem-server[llamaindex]``). They work over the HTTP client (``epimem_client``) or the
-in-process facade (``api.facade.Epimem``): anything with their method names."""
+"""The framework adapters' old import paths. The adapters ship with the thin client, as its extras
+(``pip install 'epimem-client[langchain]'`` or ``[llamaindex]``): ``epimem_client.langchain`` and
+``epimem_client.llamaindex``. ``api.integrations.langchain`` and ``api.integrations.llamaindex`` re-export them,
+so code written against the server install keeps working."""

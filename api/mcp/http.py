@@ -1,6 +1,7 @@
 """The MCP tools over streamable HTTP at ``/mcp`` of the FastAPI app (stateless, JSON responses),
 behind the app's API keys: a request without a valid key gets the same 401 as every route, and a
-tool call on a group the key does not cover (or that needs a role it lacks) is refused.
+tool call on a group the key does not cover (or that needs a role it lacks), or over a limit of the key
+or the group (``api.access.quotas``), is refused.
 
 Without the ``mcp`` package (``epimem-server[mcp]``), ``/mcp`` answers 501 with a body that names the
 missing extra.
@@ -9,17 +10,23 @@ missing extra.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, cast
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from api.auth import KeyRing, Role
-from api.errors import UnauthorizedError
+from api.access.quotas import Quotas
+from api.auth import ApiKey, KeyRing, Role
+from api.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
+from api.facade import Epimem
 from api.http.error_handling import error_response
+from memory.models import Message
+from memory.receipts import AddReceipt
 
 log = logging.getLogger("epimem.mcp")
 MCP_PATH = "/mcp"
@@ -33,24 +40,52 @@ def mcp_available() -> bool:
     return True
 
 
+# The key of the MCP call in progress: set by the guard, read by the add's limits (CountedBackend).
+_caller: ContextVar[ApiKey | None] = ContextVar("epimem_mcp_caller", default=None)
+
+
 def _key_guard(keys: KeyRing) -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
 
     def guard(ctx: Any, group_id: str, role: str) -> str | None:
-        """Raises ToolError, or returns who signs the call's changes (the key's ``actor``)."""
-        if not keys.enabled:
-            return None
+        """Raises ToolError, or returns who signs the call's changes (the key's ``actor``). The same
+        limits as over HTTP: requests per second of the key and the group."""
         try:
-            key = keys.authenticate(ctx.headers or {})
-        except UnauthorizedError as error:
-            raise ToolError(f"unauthorized: {error.message}") from None
-        if not key.covers(group_id):
-            raise ToolError("forbidden: this key may not access this group")
-        if key.role < Role[role.upper()]:
-            raise ToolError(f"forbidden: this key's role ({key.role.name.lower()}) may not do this; needs {role}")
-        return key.actor
+            principal = keys.check(ctx.headers or {}, group_id, Role[role.upper()], server_wide=False)
+            key = principal.key
+            if keys.quotas is not None:
+                keys.quotas.admit_request(key.id if key else None, key.limits if key else {}, group_id)
+        except (UnauthorizedError, ForbiddenError, TooManyRequestsError) as error:
+            raise ToolError(f"{error.code}: {error.message}") from None
+        _caller.set(key)
+        return key.actor if key is not None else None
 
     return guard
+
+
+class CountedBackend:
+    """The app's service for the MCP tools, with the add's limits (messages per day, stored characters) of
+    the calling key and group, as ``POST .../messages`` applies them."""
+
+    def __init__(self, service: Epimem, quotas: Quotas | None) -> None:
+        self._service = service
+        self._quotas = quotas
+
+    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
+        def add() -> AddReceipt:
+            return self._service.add_messages(group_id, session_id, messages)
+
+        def stored(ids: list[str]) -> set[str]:
+            return set(self._service.memory.store.log.get_messages(group_id, session_id, ids))
+
+        if self._quotas is None:
+            return add()
+        key = _caller.get()
+        limits = key.limits if key else {}
+        return self._quotas.counted(key.id if key else None, limits, group_id, messages, add, stored)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._service, name)
 
 
 class _KeyedEndpoint:
@@ -64,7 +99,8 @@ class _KeyedEndpoint:
         if self.keys.enabled:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             try:
-                self.keys.authenticate(headers)  # missing, unknown or expired: 401, also for GET's stream
+                # missing, unknown, revoked or expired: 401, also for GET's stream (off the event loop: scrypt)
+                await run_in_threadpool(self.keys.authenticate, headers)
             except UnauthorizedError as error:
                 response = error_response(401, error.code, error.message, None)
                 response.headers["www-authenticate"] = "Bearer"
@@ -95,10 +131,14 @@ def mount_mcp(app: FastAPI) -> bool:
         return False
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from api.mcp.server import build_server
+    from api.mcp.server import Backend, build_server
 
     keys: KeyRing = app.state.keys
-    server = build_server(lambda: app.state.service, guard=_key_guard(keys), limits=app.state.settings)
+    server = build_server(
+        lambda: cast(Backend, CountedBackend(app.state.service, app.state.quotas)),
+        guard=_key_guard(keys),
+        limits=app.state.settings,
+    )
     # Origin and Host are checked by the app's own middleware for every path; the SDK's copy of
     # that check would only know 127.0.0.1.
     server.streamable_http_app(

@@ -15,7 +15,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from typing import Annotated, Any, Protocol, cast
 
 import anyio
@@ -34,6 +33,7 @@ from api.mcp.shapes import (
     SessionArg,
     SessionsArg,
     TimeArg,
+    Timestamp,
     hit_of,
     problems,
     scope_of,
@@ -46,20 +46,21 @@ READ, WRITE, ADMIN = "read", "write", "admin"
 # (context, group id, role) -> raises ToolError, or returns who signs the call's changes (None: the backend's own)
 Guard = Callable[[Context, str, str], str | None]
 log = logging.getLogger("epimem.mcp")
+MAX_ERROR_CHARS = 500
 
 
 class Backend(Protocol):
     """The facade's methods the tools use (``Epimem`` and ``EpimemClient`` both have them)."""
 
-    def add_messages(self, group_id: str, session_id: str, messages: Any) -> Any: ...
-    def flush(self, group_id: str, session_id: str) -> list[Episode]: ...
+    def add_messages(self, group_id: str, session_id: str, messages: Any, *, actor: str = ...) -> Any: ...
+    def flush(self, group_id: str, session_id: str, *, actor: str = ...) -> list[Episode]: ...
     def search(self, group_id: str, query: str, **options: Any) -> Any: ...
     def context(self, group_id: str, query: str, **options: Any) -> Any: ...
     def timeline(self, group_id: str, **params: Any) -> Any: ...
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode: ...
     def episode_messages(self, group_id: str, episode: Episode) -> list[Message]: ...
     def list_sessions(self, group_id: str) -> Any: ...
-    def delete_session(self, group_id: str, session_id: str) -> Any: ...
+    def delete_session(self, group_id: str, session_id: str, *, actor: str = ...) -> Any: ...
 
     def correct_episode(
         self,
@@ -71,6 +72,16 @@ class Backend(Protocol):
         content: str | None = None,
         reason: str | None = None,
     ) -> Any: ...
+
+
+def signed_by(actor: str | None) -> dict[str, str]:
+    """The ``actor`` argument of a backend call that changes memory (none: the backend signs it itself)."""
+    return {"actor": actor} if actor is not None else {}
+
+
+def bounded(text: str) -> str:
+    """A refusal's text cut to ``MAX_ERROR_CHARS``: it may name a value the caller sent (an id), never at length."""
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
 class EpimemMCPServer(MCPServer):
@@ -90,8 +101,8 @@ class EpimemMCPServer(MCPServer):
                 raise
             else:
                 error = ToolError(str(cause))
-            log.warning("tool %s refused: %s", name, str(error).split(":", 1)[0])  # the code, no input
-            raise error from None
+            log.warning("tool %s refused: %s", name, str(error).split(":", 1)[0][:100])  # the code, no input
+            raise ToolError(bounded(str(error))) from None
 
 
 class Tools:
@@ -139,10 +150,15 @@ def build_server(
     """The eight tools on one ``MCPServer``; ``backend()`` is called for every tool call. ``limits``:
     the HTTP routes' batch limits (a backend that is a remote server applies its own)."""
     tools = Tools(backend, default_group, guard, limits)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server = EpimemMCPServer(
         "epimem",
         instructions="Long-term episodic memory: store conversations, then search them or get cited context.",
     )
+    # The SDK configures the root logger (a rich console handler) when it has none: the server's own log
+    # format stays the only one (api.logs sends the SDK's records through it).
+    root.handlers[:], root.level = handlers, level
     register_recall_tools(server, tools)
     register_browse_tools(server, tools)
     return server
@@ -163,24 +179,19 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         search_memory and get_context as soon as this returns; episodes form on their own when the
         session goes quiet, so there is no need to flush."""
 
-        def call(b: Backend, g: str) -> dict[str, Any]:
+        def call(b: Backend, g: str, actor: str | None) -> dict[str, Any]:
             if tools.limits is not None:
                 check_batch(messages, tools.limits)
-            batch = [
-                Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker, timestamp=m.timestamp)
-                if m.timestamp is not None
-                else Message(id=m.id, content=m.content, role=m.role, producer_id=m.speaker)
-                for m in messages
-            ]
-            receipt = b.add_messages(g, session, batch)
-            episodes = b.flush(g, session) if flush else []
+            batch = [m.to_message() for m in messages]
+            receipt = b.add_messages(g, session, batch, **signed_by(actor))
+            episodes = b.flush(g, session, **signed_by(actor)) if flush else []
             return {
                 "accepted": list(receipt.accepted),
                 "duplicates": list(receipt.duplicates),
                 "episodes_created": [e.uuid for e in episodes],
             }
 
-        return dict(await tools.run(ctx, group, WRITE, call))
+        return dict(await tools.signed(ctx, group, WRITE, call))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def search_memory(
@@ -224,8 +235,8 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
         ctx: Context,
         group: GroupArg = None,
         session: Annotated[str | None, Field(description="only this session")] = None,
-        start: Annotated[datetime | None, Field(description="from this time (inclusive, ISO 8601)")] = None,
-        end: Annotated[datetime | None, Field(description="until this time (exclusive, ISO 8601)")] = None,
+        start: Annotated[Timestamp | None, Field(description="from this time (inclusive, ISO 8601)")] = None,
+        end: Annotated[Timestamp | None, Field(description="until this time (exclusive, ISO 8601)")] = None,
         limit: Annotated[int, Field(ge=1, le=200, description="episodes per page")] = 20,
         cursor: Annotated[str | None, Field(description="`next_cursor` of the previous page")] = None,
         filter: FilterArg = None,  # noqa: A002 (the API's name for it)
@@ -276,8 +287,7 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
         changes = {"title": title, "content": content, "reason": reason}
 
         def call(b: Backend, g: str, actor: str | None) -> dict[str, Any]:
-            signed = {"actor": actor} if actor is not None else {}
-            episode = b.correct_episode(g, session, episode_id, **changes, **signed)
+            episode = b.correct_episode(g, session, episode_id, **changes, **signed_by(actor))
             return {"episode": episode.model_dump(mode="json")}
 
         return dict(await tools.signed(ctx, group, WRITE, call))
@@ -285,7 +295,11 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, read_only_hint=False))
     async def delete_session(ctx: Context, session: SessionArg, group: GroupArg = None) -> dict[str, Any]:
         """Delete a session: its messages, episodes and vectors. Cannot be undone."""
-        receipt = await tools.run(ctx, group, ADMIN, lambda b, g: b.delete_session(g, session))
+
+        def delete(b: Backend, g: str, actor: str | None) -> Any:
+            return b.delete_session(g, session, **signed_by(actor))
+
+        receipt = await tools.signed(ctx, group, ADMIN, delete)
         return {"messages": len(receipt.messages), "episodes": len(receipt.episodes), "vectors": receipt.vectors}
 
 

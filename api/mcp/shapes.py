@@ -6,20 +6,57 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from memory.models import MAX_ID_LENGTH, Role
+from memory.errors import InvalidInputError
+from memory.models import MAX_ID_LENGTH, Message, Role
+from memory.timeutil import parse_timestamp
 from retrieval.filters import RecallFilter
+
+TIMESTAMP_RULE = (
+    "a timestamp is ISO 8601 (naive is UTC) or seconds since 1970 UTC, between 0001-01-02 and 9999-12-30 "
+    "(a number in milliseconds is out of range: divide it by 1000)"
+)
+
+
+def _timestamp(value: Any) -> Any:
+    """What HTTP accepts (``memory.timeutil.parse_timestamp``), refused without quoting the value."""
+    try:
+        return parse_timestamp(value)
+    except (InvalidInputError, ValueError, TypeError):
+        raise ValueError(TIMESTAMP_RULE) from None
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
 
 
 class ChatMessage(BaseModel):
-    """One message of a conversation."""
+    """One message of a conversation: the fields of a message over HTTP, in the clients and in files, with the
+    same names and the same checks (``to_message`` validates it as ``memory.models.Message``). A field it does
+    not have is refused by name, never dropped."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str = Field(description="stable id of the message; re-sending the same id is a no-op")
     content: str = Field(description="what was said")
     role: Role = Field(default=Role.USER, description="user, assistant, system or tool")
-    speaker: str | None = Field(default=None, max_length=MAX_ID_LENGTH, description="who said it (a name)")
-    timestamp: datetime | None = Field(default=None, description="when it was said (ISO 8601); default: now")
+    producer_id: str | None = Field(default=None, max_length=MAX_ID_LENGTH, description="who said it (a name or id)")
+    produced_for_id: str | None = Field(default=None, max_length=MAX_ID_LENGTH, description="who it was said to")
+    timestamp: Timestamp | None = Field(
+        default=None, description="when it was said (ISO 8601, or seconds since 1970 UTC); default: now"
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict, description="anything else about it (JSON values)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "speaker" in value:
+            raise ValueError("'speaker' is not a field of a message: who said it is 'producer_id'")
+        return value
+
+    def to_message(self) -> Message:
+        """The domain message (a message sent without a timestamp is stamped on arrival, as over HTTP)."""
+        return Message.model_validate(self.model_dump(exclude_unset=True))
 
 
 class Hit(BaseModel):
@@ -40,7 +77,7 @@ GroupArg = Annotated[str | None, Field(description="group (memory space); omit t
 SessionArg = Annotated[str, Field(description="session (conversation thread) id inside the group")]
 SessionsArg = Annotated[list[str] | None, Field(description="only these sessions; default: the whole group")]
 TimeArg = Annotated[str | None, Field(description="time window in words, e.g. 'last week', 'in March 2023'")]
-RefTimeArg = Annotated[datetime | None, Field(description="what 'now' means for `time` (ISO 8601); default: now")]
+RefTimeArg = Annotated[Timestamp | None, Field(description="what 'now' means for `time` (ISO 8601); default: now")]
 FilterArg = Annotated[
     RecallFilter | None,
     Field(description="only these speakers (ids or names), roles, episode types or metadata values (all must hold)"),

@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -122,8 +122,11 @@ class LeaseCoordinator:
         ttl_s: float = 30.0,
         wait_s: float = 120.0,
         poll_s: float = 0.05,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``clock``: the time leases expire by (epoch seconds, shared by every server; tests move it)."""
         self._store = store
+        self._clock = clock
         self._node_id = node_id or default_node_id()
         self._ttl = ttl_s
         self._wait = wait_s
@@ -186,7 +189,7 @@ class LeaseCoordinator:
         while True:
             records = self._records(group_id, session_id)
             top = max(records, key=lambda r: r.epoch, default=None)
-            if top is None or top.released or top.expires < time.time():
+            if top is None or top.released or top.expires < self._clock():
                 epoch = top.epoch + 1 if top is not None else 0
                 self._write(group_id, session_id, epoch, token, insert=True)
                 after = self._records(group_id, session_id)
@@ -215,7 +218,7 @@ class LeaseCoordinator:
         metadata = {
             "epoch": epoch,
             "owner": token,
-            "expires": time.time() + (0.0 if released else self._ttl),
+            "expires": self._clock() + (0.0 if released else self._ttl),
             "released": released,
         }
         self._store.put_lease(group_id, session_id, epoch, metadata, insert=insert)

@@ -4,7 +4,9 @@ Episode formation is a three-step write-ahead protocol per segment, so that a cr
 point neither loses nor duplicates anything:
 
 1. the segment's messages are marked FORMING with the (deterministic) episode id they will get;
-2. the episode and the message vectors are written (upsert, idempotent by id);
+2. the episode is written, then the message vectors that name it (upserts, idempotent by id): until a
+   message's vector names its episode, readers find it in its session's open episode, so a reader never
+   meets a message whose episode it cannot read;
 3. the messages are marked DONE.
 
 After a crash, FORMING messages are regenerated as exactly the planned segment, and PENDING
@@ -31,6 +33,7 @@ from memory.episodes.generation import (
     generate_episodes,
 )
 from memory.episodes.segmentation import SegmentationPolicy, Segmenter
+from memory.events import FORMATION_ACTOR, NO_EVENTS, ChangeType, EventPublisher, change
 from memory.ingest.batches import resumed_jobs
 from memory.ingest.coordination import Coordinator, LocalCoordinator
 from memory.ingest.intake import Embedded, Intake
@@ -62,8 +65,10 @@ class Ingestor:
         coordinator: Coordinator | None = None,
         generation_concurrency: int = 1,
         idle: timedelta = timedelta(minutes=30),
+        events: EventPublisher = NO_EVENTS,
     ) -> None:
         self._log = log
+        self._events = events  # told of every episode formed (memory.events)
         self._vectors = vectors
         self._embedder = embedder
         self._generator = generator
@@ -129,7 +134,26 @@ class Ingestor:
                     forming[stored.group_id].append(stored)
             if forming:
                 writer.submit(lambda: self._write_plans(forming))
-            return self._execute(jobs, message_vectors, writer) if jobs else []
+            formed = self._execute(jobs, message_vectors, writer) if jobs else []
+            self._announce(formed)  # inside the sessions' locks: a session's events keep their order
+            return formed
+
+    def _announce(self, formed: Sequence[Episode]) -> None:
+        by_session: dict[tuple[str, str], list[Episode]] = defaultdict(list)
+        for episode in formed:
+            by_session[(episode.group_id, episode.session_id)].append(episode)
+        for (group_id, session_id), episodes in by_session.items():
+            sources = [m for e in episodes for m in e.source_message_ids]
+            self._events.publish(
+                change(
+                    ChangeType.EPISODES_FORMED,
+                    group_id,
+                    actor=FORMATION_ACTOR,
+                    session_id=session_id,
+                    episodes=[e.uuid for e in episodes],
+                    messages=sources,
+                )
+            )
 
     def _plan(
         self,
@@ -219,8 +243,8 @@ class Ingestor:
     def _execute(
         self, jobs: list[GenerationJob], message_vectors: MessageVectors, writer: OrderedWriter
     ) -> list[Episode]:
-        """Steps 2 and 3: generate, embed and write the episodes, then mark their messages done.
-        The message vectors are written while the episodes are generated and embedded."""
+        """Steps 2 and 3: generate, embed and write the episodes, then their messages' vectors, then mark the
+        messages done."""
         missing = [
             (job.group_id, job.session_id, m)
             for job in jobs
@@ -248,12 +272,13 @@ class Ingestor:
                 messages[job.group_id][job.session_id].append(VectorRecord.of_message(stored, vector))
                 done[job.group_id].append(stored)
         partitions = sorted({(job.group_id, job.session_id) for job in jobs})
-        writer.submit(lambda: self._write_vectors(partitions, messages))
         episodes, episode_vectors = self._generate_and_embed(jobs)
         records: dict[str, dict[str, list[VectorRecord]]] = defaultdict(lambda: defaultdict(list))
         for job, episode, vector in zip(jobs, episodes, episode_vectors, strict=True):
             records[job.group_id][job.session_id].append(VectorRecord.of_episode(episode, vector))
+        # The episodes before their messages' vectors (step 2 of the module's docstring).
         writer.submit(lambda: self._write_vectors(partitions, records))
+        writer.submit(lambda: self._write_vectors(partitions, messages))
         writer.submit(lambda: self._mark_done(done))
         writer.wait()
         self.timings.count_episodes(len(episodes))

@@ -61,6 +61,7 @@ class AuditAction(StrEnum):
     IMPORT = "import"
     SUMMARISE = "summarise"
     REEMBED = "reembed"
+    RETENTION_SWEEP = "retention_sweep"
 
 
 class AuditEntry(BaseModel):

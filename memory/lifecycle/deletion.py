@@ -12,8 +12,9 @@ Rules:
 - deleting a session or a group drops its collections; a group delete also sweeps every
   collection whose metadata names the group, and is idempotent.
 
-On embedded Chroma every delete ends by erasing the bytes it left in the data folder
-(``StoreAdmin.erase``). Locking is the caller's (``memory.service``): these run alone on their group.
+Every delete but a group's remembers what it removed without its text (memory.lifecycle.tombstones: an
+import does not bring it back). On embedded Chroma every delete ends by erasing the bytes it left in the
+data folder (``StoreAdmin.erase``). Locking is the caller's (``memory.service``): these run alone on their group.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from memory.errors import NotFoundError
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
-from memory.models import Episode
+from memory.lifecycle.tombstones import Tombstones, deleted_keys
+from memory.models import Episode, Message
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorWriter
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, message_record_id
@@ -49,23 +51,43 @@ class Deleter:
         self._admin = admin
         self._summariser = summariser
         self._reformer = reformer
+        self._tombstones = Tombstones(log)
 
     # -- messages and episodes ---------------------------------------------------------------------
 
     def delete_message(
         self, group_id: str, session_id: str, message_id: str, *, before_erase: BeforeErase | None = None
     ) -> DeletionReceipt:
-        if message_id not in self._log.get_messages(group_id, session_id, [message_id]):
+        doomed = self._log.get_messages(group_id, session_id, [message_id]).get(message_id)
+        if doomed is None:
             raise NotFoundError("no such message in this session")
-        built_from = [e for e in self._session_episodes(group_id, session_id) if message_id in e.source_message_ids]
-        receipt = self._delete_messages(group_id, session_id, [message_id])
+        return self.delete_messages(group_id, session_id, [message_id], before_erase=before_erase)
+
+    def delete_messages(
+        self,
+        group_id: str,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        before_erase: BeforeErase | None = None,
+        erase: bool = True,
+    ) -> DeletionReceipt:
+        """Messages of one session (ids not stored are skipped) as ``delete_message`` deletes one: each
+        episode built from them is regenerated once from what remains, or deleted. ``erase`` false: the
+        caller erases (one erasure after several sessions, memory.lifecycle.retention)."""
+        stored = self._log.get_messages(group_id, session_id, list(message_ids))
+        gone = [m for m in dict.fromkeys(message_ids) if m in stored]
+        built_from = [e for e in self._session_episodes(group_id, session_id) if set(gone) & set(e.source_message_ids)]
+        receipt = self._delete_messages(group_id, session_id, gone)
         changed: set[str] = set()
         for episode in built_from:
-            remaining = [m for m in episode.source_message_ids if m != message_id]
-            stored = self._log.get_messages(group_id, session_id, remaining)
-            messages = sorted((stored[m].message for m in remaining if m in stored), key=lambda m: m.timestamp)
+            remaining = [m for m in episode.source_message_ids if m not in stored]
+            kept = self._log.get_messages(group_id, session_id, remaining)
+            messages = sorted((kept[m].message for m in remaining if m in kept), key=lambda m: m.timestamp)
             if messages:
-                reason = f"source message {message_id} deleted"
+                reason = (
+                    f"source message {gone[0]} deleted" if len(gone) == 1 else f"{len(gone)} source messages deleted"
+                )
                 self._reformer.reform(episode, messages, kind=RevisionKind.REFORMED, reason=reason)
                 receipt.repaired.append(episode.uuid)
             else:
@@ -74,9 +96,11 @@ class Deleter:
                 receipt.episodes.append(episode.uuid)
             changed.add(episode.uuid)
         receipt.merge(self._repair_summaries(group_id, changed))
+        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, messages=[stored[m].message for m in gone]))
         if before_erase is not None:
             before_erase(receipt)
-        self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
+        if erase:
+            self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
 
     def delete_episode(
@@ -88,6 +112,7 @@ class Deleter:
             raise NotFoundError("no such episode in this session")
         episode = found[0]
         receipt = DeletionReceipt()
+        said: list[Message] = []
         if episode.source_episode_ids:  # a summary: its sources stay
             self._summariser.unmark(group_id, episode)
             self._delete_vectors(receipt, group_id, session_id, [episode_id])
@@ -97,8 +122,10 @@ class Deleter:
             self._reformer.revisions.remove(group_id, session_id, [episode_id])
             receipt.episodes.append(episode_id)
             stored = self._log.get_messages(group_id, session_id, list(episode.source_message_ids))
+            said = [s.message for s in stored.values()]
             receipt.merge(self._delete_messages(group_id, session_id, list(stored)))
             receipt.merge(self._repair_summaries(group_id, {episode_id}))
+        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, messages=said))
         if before_erase is not None:
             before_erase(receipt)
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
@@ -136,12 +163,14 @@ class Deleter:
         own_summaries = self._vectors.episodes(group_id, selection=selection)
         for summary in own_summaries:  # sources in other sessions stay, unmarked
             self._summariser.unmark(group_id, summary)
-        messages = [s.message.id for s in self._log.list_messages(group_id, session_id)]
+        stored = self._log.list_messages(group_id, session_id)
         receipt = self._admin.drop_session(group_id, session_id)
-        receipt.messages += messages
+        receipt.messages += [s.message.id for s in stored]
         receipt.episodes += sorted(episodes)
         receipt.summaries += [s.uuid for s in own_summaries]
         receipt.merge(self._repair_summaries(group_id, episodes))
+        said = [s.message for s in stored]
+        self._tombstones.bury(group_id, deleted_keys(session_id, receipt, messages=said, session=True))
         return receipt
 
     def delete_group(self, group_id: str) -> DeletionReceipt:

@@ -13,7 +13,8 @@ from memory.errors import InvalidInputError, NotFoundError
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
-from memory.models import Episode, EpisodeType, Frozen
+from memory.lifecycle.tombstones import Erased, Tombstones, said
+from memory.models import Episode, EpisodeType, Frozen, StoredMessage, check_client_metadata
 from memory.receipts import RedactionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorWriter
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord
@@ -45,6 +46,8 @@ class EpisodeCorrection(Frozen):
             raise ValueError("a correction needs at least one of title, content, user_metadata")
         _not_blank(self.title, "title")
         _not_blank(self.content, "content")
+        if self.user_metadata is not None:
+            check_client_metadata(self.user_metadata, "user_metadata")
         return self
 
 
@@ -75,6 +78,7 @@ class Editor:
         self._summariser = summariser
         self._reformer = reformer
         self.revisions = reformer.revisions
+        self._tombstones = Tombstones(log)
 
     def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
         selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)
@@ -112,7 +116,7 @@ class Editor:
         stored = self._log.get_messages(group_id, session_id, [message_id]).get(message_id)
         if stored is None:
             raise NotFoundError("no such message in this session")
-        if stored.message.metadata.get(REDACTED_MARK) is True:
+        if self._redacted_already(group_id, stored, redaction):
             return RedactionReceipt(message_id=message_id, redacted=False)
         metadata = {k: v for k, v in stored.message.metadata.items() if k != "image_caption"}  # said, like content
         message = stored.message.model_copy(
@@ -120,6 +124,7 @@ class Editor:
         )
         redacted = stored.model_copy(update={"message": message})
         self._log.put_messages(group_id, [redacted])
+        self._tombstones.bury(group_id, [(Erased.REDACTED, session_id, message_id), said(session_id, stored.message)])
         vector = self._embedder.embed_batch([message_line(message)])[0]
         self._vectors.replace(group_id, session_id, VectorRecord.of_message(redacted, vector))
         receipt = RedactionReceipt(message_id=message_id, redacted=True)
@@ -135,6 +140,17 @@ class Editor:
         receipt.summaries += self._repair_summaries(group_id, set(receipt.episodes))
         self._admin.erase(group_id, [session_id, GROUP_SUMMARY_SESSION])
         return receipt
+
+    def _redacted_already(self, group_id: str, stored: StoredMessage, redaction: Redaction) -> bool:
+        """Whether a redaction would change nothing: the message carries the mark and either a redaction of
+        this group wrote it or its text is a replacement already. The mark alone is not enough: an import of
+        another group's export may carry it over text that was never redacted."""
+        if stored.message.metadata.get(REDACTED_MARK) is not True:
+            return False
+        if stored.message.content in (DEFAULT_REPLACEMENT, redaction.replacement):
+            return True
+        key = (Erased.REDACTED, stored.session_id, stored.message.id)
+        return bool(self._tombstones.erased(group_id, [key]))
 
     def _repair_summaries(self, group_id: str, episode_ids: set[str]) -> list[str]:
         changed: list[str] = []

@@ -16,29 +16,39 @@ One JSON object per line, in this order:
    (``"revisions"``) when there are any
 7. ``{"type": "end", "counts": {...}}``: what the file holds; a file without it is truncated
 
-Importing validates the whole file before writing anything. Embeddings are reused only when the
-file's model id equals the service's model (name, dimension and fingerprint); otherwise every
-vector is rebuilt from the stored text with the service's model. Everything is written by id, so
-importing the same file twice changes nothing the second time.
+Importing validates the whole file before writing anything, and refuses a file with more lines of a
+kind than ``MAX_LINES`` allows (413, naming the kind and the bound). What an import may add, and what it
+refuses, is memory.lifecycle.importing's.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from memory.errors import InvalidInputError
+from memory.errors import EpimemError, InvalidInputError, PayloadTooLargeError
 from memory.json_lines import one_line
 from memory.lifecycle.revisions import Revision
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
+from memory.store.quotas import ID_BYTES, utf8_bytes
 
 FORMAT = "epimem-export"
 VERSION = 1
+# At most this many lines of each kind in one file (an export of a larger group is refused with 413).
+MAX_LINES = {
+    "session": 50_000,
+    "message": 1_000_000,
+    "message_vector": 1_000_000,
+    "episode": 200_000,
+    "summary": 50_000,
+    "revision": 10_000,
+}
 
 
 def model_identity(model_id: str) -> dict[str, Any]:
@@ -67,6 +77,8 @@ class ExportContents:
     messages: list[StoredMessage]
     vectors: list[tuple[str, Episode | tuple[str, str], list[float] | None]]
     revisions: list[tuple[str, str, Revision]] = field(default_factory=list)  # session, episode, revision
+    first_lines: dict[str, int] = field(default_factory=dict)  # kind -> the line number of its first line
+    counts: Counter[str] = field(default_factory=Counter)  # kind -> lines
 
     @property
     def group_id(self) -> str:
@@ -97,7 +109,7 @@ def read_export(lines: Iterable[str]) -> ExportContents:
                 end = item
             else:
                 _add_record(parsed, item, number, places)
-        except InvalidInputError:
+        except EpimemError:
             raise
         except RecursionError:
             raise InvalidInputError(f"line {number}: nested too deeply to read") from None
@@ -115,8 +127,26 @@ def read_export(lines: Iterable[str]) -> ExportContents:
         found["revisions"] = len(parsed.revisions)
     if end.get("counts") != found:
         raise InvalidInputError("the file does not hold what its end record counts", details={"found": found})
+    _check_unique(parsed)
     _check_citations(parsed, places)
     return parsed
+
+
+def _check_unique(parsed: ExportContents) -> None:
+    """Each session, message, episode or summary, and message vector once."""
+    kinds: dict[str, list[Any]] = {
+        "session": [info.session_id for info in parsed.sessions],
+        "message": [(m.session_id, m.message.id) for m in parsed.messages],
+        "episode or summary": [item.uuid for _, item, _ in parsed.vectors if isinstance(item, Episode)],
+        "message vector": [item for _, item, _ in parsed.vectors if not isinstance(item, Episode)],
+    }
+    for kind, keys in kinds.items():
+        seen: set[Any] = set()
+        repeated = [key for key in keys if key in seen or seen.add(key)]  # type: ignore[func-returns-value]
+        if repeated:
+            raise InvalidInputError(
+                f"the file holds the same {kind} twice", details={"ids": [str(key)[:300] for key in repeated[:20]]}
+            )
 
 
 def _header(item: dict[str, Any], number: int) -> dict[str, Any]:
@@ -133,6 +163,16 @@ def _header(item: dict[str, Any], number: int) -> dict[str, Any]:
 def _add_record(parsed: ExportContents, item: dict[str, Any], number: int, places: dict[int, int]) -> None:
     """One line after the header into ``parsed``."""
     kind = item.get("type")
+    if isinstance(kind, str) and kind in MAX_LINES:
+        parsed.counts[kind] += 1
+        parsed.first_lines.setdefault(kind, number)
+        if item.get("embedding") is not None:
+            parsed.first_lines.setdefault("embedding", number)
+        if parsed.counts[kind] > MAX_LINES[kind]:
+            raise PayloadTooLargeError(
+                f"line {number}: an import holds at most {MAX_LINES[kind]} {kind} lines",
+                details={"line": number, "kind": kind, "max_lines": MAX_LINES[kind]},
+            )
     if kind == "group":
         parsed.config = GroupConfiguration.model_validate(item["config"])
     elif kind == "session":
@@ -141,6 +181,10 @@ def _add_record(parsed: ExportContents, item: dict[str, Any], number: int, place
         parsed.messages.append(_not_reserved(StoredMessage.model_validate(item["record"]), number))
     elif kind in (EpisodeType.EPISODE, EpisodeType.SUMMARY):
         episode = Episode.model_validate(item["episode"])
+        if utf8_bytes(episode.uuid) > ID_BYTES:  # the id of its record in Chroma
+            raise InvalidInputError(
+                f"line {number}: an episode id is at most {ID_BYTES} bytes", details={"line": number}
+            )
         if episode.episode_type.value != kind:
             raise InvalidInputError(f"line {number}: a {kind} line holds a {episode.episode_type.value}")
         if kind == EpisodeType.EPISODE:

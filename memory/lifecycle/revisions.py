@@ -5,14 +5,10 @@ Stored in the group log (kind ``revision``, one record per revision, keyed by se
 only for episodes that were ever corrected: the history of an episode never corrected is its one
 generated revision, read from the episode itself, so formation writes nothing more.
 
-Rules when the sources of an episode change (``reformed``):
-
-- a message of it deleted: the episode is generated again from what remains and that becomes the
-  episode; a correction made before is kept in the history (marked ``superseded``, its text as the
-  person wrote it), and the generated revisions before it lose their text (``erased``: they were
-  made from the deleted message and could quote it);
-- a message of it redacted: the same, and every earlier revision loses its text, corrections
-  included (any of them could quote the redacted words); who changed what and when stays.
+Rules when the sources of an episode change (``reformed``): a message of it deleted or redacted, the
+episode is generated again from what remains and that becomes the episode; every earlier revision loses
+its text (``erased``: empty title, content, metadata and reason), corrections included (any of them could
+quote the erased words), and a correction is marked ``superseded``; who changed what and when stays.
 
 A correction whose sources are unchanged stays the episode through everything else: formation never
 touches a formed episode, a model change re-embeds the stored (corrected) text, export and import
@@ -128,14 +124,13 @@ class RevisionLog:
 
     def reformed(self, before: Episode, after: Episode, *, kind: RevisionKind, reason: str, at: datetime) -> int:
         """The sources of a corrected episode changed and ``after`` was generated from them: earlier
-        revisions are marked (and erased, per the module's rules) and ``after`` appended. An episode
-        never corrected keeps no history (its new self is its revision 0). Returns the episode's
-        revision number (0 when no history is kept)."""
+        revisions are erased (per the module's rules) and ``after`` appended. An episode never corrected
+        keeps no history (its new self is its revision 0). Returns the episode's revision number (0 when
+        no history is kept)."""
         history = self.stored(before.group_id, before.session_id, before.uuid)
         if not history:
             return 0
-        erase_all = kind is RevisionKind.REDACTED
-        marked = [_marked(item, erase_all=erase_all) for item in history]
+        marked = [_marked(item) for item in history]
         number = len(history)
         marked.append(revision_of(after, revision=number, kind=kind, at=at, actor=SYSTEM_ACTOR, reason=reason))
         self.put(before.group_id, before.session_id, before.uuid, marked)
@@ -149,10 +144,8 @@ class RevisionLog:
         return self._log.delete_records(group_id, ids) if ids else 0
 
 
-def _marked(revision: Revision, *, erase_all: bool) -> Revision:
-    update: dict[str, Any] = {}
+def _marked(revision: Revision) -> Revision:
+    update: dict[str, Any] = {"title": "", "content": "", "user_metadata": {}, "reason": None, "erased": True}
     if revision.kind is RevisionKind.CORRECTION and not revision.erased:
         update["superseded"] = True
-    if erase_all or revision.kind is not RevisionKind.CORRECTION:
-        update |= {"title": "", "content": "", "user_metadata": {}, "reason": None, "erased": True}
     return revision.model_copy(update=update)

@@ -91,7 +91,7 @@ def read_snapshot(
         snapshot.directions = vectors
         snapshot.messages = {}
         if records is not None:
-            found = _pages(reads.message_ids(group_id), lambda ids: reads.messages(group_id, ids), cancelled)
+            found = _pages(reads.log_ids(group_id), lambda ids: reads.messages(group_id, ids), cancelled)
             snapshot.messages = {key: message for part in found for key, message in part.items()}
     snapshot.nbytes = estimate_bytes(snapshot)
     return snapshot

@@ -82,13 +82,28 @@ class StoreAdmin(StorePart):
     # -- listing and rebuilding -------------------------------------------------------------------
 
     def _epimem_collections(self, group_id: str | None) -> list[tuple[str, dict[str, Any]]]:
+        """Name and metadata of epimem's collections (of one group), the group id in full where the metadata
+        holds its digest (a group id longer than a collection metadata value: codec.collection_value)."""
         found = []
         for collection in self._collections.listed():
             metadata = dict(collection.metadata or {})
-            if "epimem" not in metadata or (group_id is not None and metadata.get("group_id") != group_id):
+            recorded = metadata.get("group_id")
+            if "epimem" not in metadata or (group_id is not None and not codec.same_value(recorded, group_id)):
                 continue
             found.append((collection.name, metadata))
+        hashed = {codec.hashed_group(m.get("group_id")) for _, m in found} - {None}
+        if hashed:
+            groups = {codec.registry_record_id(g): g for g in self._group_ids(sorted(str(h) for h in hashed))}
+            for _, metadata in found:
+                digest = codec.hashed_group(metadata.get("group_id"))
+                if digest in groups:
+                    metadata["group_id"] = groups[digest]
         return sorted(found)
+
+    def _group_ids(self, record_ids: list[str]) -> list[str]:
+        """The group ids of registry records by id (their text)."""
+        found = self._collections.registry().get(ids=record_ids, include=["documents", "metadatas"])
+        return [text for _, text, _ in codec.rows_of(found)]
 
     @store_call
     def collection_names(self) -> list[str]:
@@ -116,21 +131,33 @@ class StoreAdmin(StorePart):
         (``finish_rebuilds`` completes a rename that was cut short).
         """
         client = self.connection.client_for(name)
-        old = client.get_collection(name, embedding_function=None)
-        metadata = {**(old.metadata or {}), "epimem_model": self.model_id}
+        old = self._collections.wrap(client.get_collection(name, embedding_function=None))
+        metadata = {**(old.metadata or {}), "epimem_model": codec.collection_value(self.model_id)}
         temporary = f"{name}-rebuild"
-        self._collections.drop(temporary)  # an earlier attempt that did not finish; the original is intact
-        new = client.create_collection(temporary, metadata=metadata, embedding_function=None)
+        self._drop_rebuild(temporary)  # an earlier attempt that did not finish; the original is intact
+        new = self._collections.wrap(client.create_collection(temporary, metadata=metadata, embedding_function=None))
         for start in range(0, len(records), WRITE_BATCH):
             batch = records[start : start + WRITE_BATCH]
             new.upsert(
                 **codec.written([r.id for r in batch], [r.document for r in batch], [r.metadata for r in batch]),
                 embeddings=np.stack([cast(np.ndarray, record.embedding) for record in batch]),
             )
+        pieces = set(old.all_pieces()) - set(new.all_pieces())  # (a record rebuilt unchanged keeps its pieces)
         self._collections.drop(name)
         new.modify(name=name)
-        if "group_id" in metadata:
-            versions.changed(self._collections, str(metadata["group_id"]))
+        new.remove_pieces(sorted(pieces))
+        group = next((str(r.metadata["group_id"]) for r in records if "group_id" in r.metadata), None)
+        if group is not None:
+            versions.changed(self._collections, group)
+
+    def _drop_rebuild(self, name: str) -> None:
+        """Drop a rebuild's collection and the pieces of its records (those its original does not share)."""
+        found = self._collections.existing(name)
+        if found is not None:
+            original = self._collections.existing(name.removesuffix("-rebuild"))
+            pieces = set(found.all_pieces()) - set(original.all_pieces() if original is not None else [])
+            self._collections.drop(name)
+            found.remove_pieces(sorted(pieces))
 
     @store_call
     def finish_rebuilds(self) -> list[str]:
@@ -140,7 +167,7 @@ class StoreAdmin(StorePart):
         for temporary in sorted(name for name in names if name.endswith("-rebuild")):
             original = temporary.removesuffix("-rebuild")
             if original in names:
-                self._collections.drop(temporary)
+                self._drop_rebuild(temporary)
             else:
                 self.connection.forget([original])
                 renamed = self.connection.client_for(temporary).get_collection(temporary, embedding_function=None)

@@ -18,6 +18,7 @@ import httpx
 from memory.errors import StoreUnavailableError
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
+from memory.store.deployment import AUTH_ERRORS
 from memory.tracing import span
 
 P = ParamSpec("P")
@@ -62,6 +63,8 @@ def store_call(function: Callable[Concatenate[Part, P], R]) -> Callable[Concaten
                     return function(part, *args, **kwargs)
             except (httpx.TransportError, ConnectionError, TimeoutError) as error:
                 raise StoreUnavailableError(f"the vector store is unavailable: {error}") from error
+            except AUTH_ERRORS as error:  # the token was revoked or changed since the start
+                raise StoreUnavailableError(f"the vector store refused epimem's token: {error}") from error
             except chromadb.errors.NotFoundError:
                 # A cached handle of a collection that another server dropped (or dropped and made
                 # again): forget the handles and try once more with fresh ones.

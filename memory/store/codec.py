@@ -1,13 +1,17 @@
 """How epimem's models are written into Chroma: collection names, record ids, record metadata and
-back, and the ``where`` clauses of a ``RecordFilter``. Only this package knows these.
+back, and the ``where`` clauses of a ``RecordFilter``. Only this package knows these. The record format
+(a record's text and packed keys in its document) is ``memory.store.record_format``, re-exported here.
 
-Collections (names are derived from hashes, so any id maps to a valid, collision-free name; the
-real ids live in metadata):
+Collections (names are derived from hashes, so any id maps to a valid, collision-free name of 70
+bytes; the real ids live in metadata, a value longer than Chroma Cloud allows there as its digest:
+``collection_value``). Record ids are at most 128 bytes, whatever the caller's ids: hashes, or an
+episode's uuid (at most 128 bytes, checked where one is imported):
 
 - ``epm-registry``          one record per group (lets the service enumerate groups).
 - ``epm-l-<sha(group)>``    the group's log: messages verbatim with their processing state,
                             SessionInfo and GroupConfiguration records, summary journals, formation
-                            leases. No vectors worth the name (a constant 1-d placeholder).
+                            leases, and the pieces of the group's records longer than one document
+                            (memory.store.parts). No vectors worth the name (a constant 1-d placeholder).
 - ``epm-p-<sha(group,session)>``  the partition: episode, summary and message vectors of one session.
 - ``epm-i-<sha(group)>``    the group index: the same vectors for the whole group, so that a
                             group-wide search is one query instead of a fan-out over every partition.
@@ -18,123 +22,42 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memory.models import BoundaryReason, Episode, Message, MessageState, Role, StoredMessage
 from memory.store.filters import RecordFilter
+from memory.store.quotas import COLLECTION_VALUE_BYTES, utf8_bytes
+from memory.store.record_format import (  # the record format, as the store's readers and writers use it
+    BODY_KEY,
+    PACKED,
+    PACKED_KEY,
+    STAMP_WIDTH,
+    TEXT_KEY,
+    packed_apart,
+    read_back,
+    rows_of,
+    unstamped,
+    written,
+)
 from memory.timeutil import from_epoch, to_epoch
+
+__all__ = [
+    "BODY_KEY",
+    "PACKED",
+    "PACKED_KEY",
+    "STAMP_WIDTH",
+    "TEXT_KEY",
+    "packed_apart",
+    "read_back",
+    "rows_of",
+    "unstamped",
+    "written",
+]
 
 REGISTRY = "epm-registry"
 PARTITION_PREFIX = "epm-p-"  # memory.store.connection keeps these collections in an engine of their own
 GROUP_RECORD_ID = "group"
 PLACEHOLDER: Any = [0.0]
-
-
-# How a record is written to Chroma (tests/benchmarks/record_format.py measured the choices):
-# - its text (an episode's content, a message, a session's or group's JSON) goes in its metadata, not in
-#   Chroma's document: Chroma indexes every document in a trigram full-text table that epimem never
-#   queries (BM25 runs over the read snapshot);
-# - the keys written once with a record and never filtered on nor updated in place go with the text:
-#   Chroma stores and indexes each metadata key as a row of its own;
-# - both go in one value under BODY_KEY, the JSON ``[text, packed keys]`` behind the time of the write
-#   (STAMP_WIDTH hex digits of nanoseconds). Chroma indexes every string value in one SQLite index
-#   ordered by (key, value): a value that begins with its text lands on a random page of that index, one
-#   that begins with the time lands at its end, where the last write left the pages in memory. At 10,000
-#   partitions a partition's write cost ~7 ms less (docs/benchmarks-speed.md).
-# Records written before read the same: a document with every key on its own (the first format), or
-# the text under TEXT_KEY and the packed keys under PACKED_KEY (the second).
-BODY_KEY = "body"
-STAMP_WIDTH = 16
-TEXT_KEY = "text"  # the second format's
-PACKED_KEY = "fields"  # the second format's
-PACKED = frozenset(
-    {
-        "group_id",
-        "message_id",
-        "title",
-        "created",
-        "content_type",
-        "generation",
-        "message_count",
-        "source_ids",
-        "producer_id",
-        "produced_for_id",
-        "user_metadata",
-        "source_episode_ids",
-        "period_start",
-        "period_end",
-        "role",
-        "meta",
-        "received",
-        "seq",
-    }
-)  # never "kind", "session_id", "ts" (filters), "state", "episode_id", "boundary", "summarised_by" (updated)
-
-
-def packed_apart(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A record's metadata as the keys kept on their own and those packed (PACKED)."""
-    kept = {key: value for key, value in metadata.items() if key not in PACKED}
-    return kept, {key: value for key, value in metadata.items() if key in PACKED}
-
-
-def stored_metadata(text: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """What is written to Chroma for a record's text and metadata."""
-    stored, packed = packed_apart(metadata)
-    body = json.dumps([text, packed], ensure_ascii=False, separators=(",", ":"))
-    stored[BODY_KEY] = f"{time.time_ns():0{STAMP_WIDTH}x}{body}"
-    return stored
-
-
-def unstamped(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    """Stored metadata without the time of its write (the same text written again is the same record)."""
-    return {key: _body_json(value) if key == BODY_KEY else value for key, value in metadata.items()}
-
-
-def _body_json(body: Any) -> str:
-    return str(body)[STAMP_WIDTH:]
-
-
-def written(
-    ids: Sequence[str], texts: Sequence[str], metadatas: Sequence[Mapping[str, Any]], *, overwrite: bool = False
-) -> dict[str, Any]:
-    """Chroma's ``add``/``upsert`` arguments for records (without their embeddings). ``overwrite`` (an
-    upsert only): the records may exist with another text (a correction, a redaction, an updated
-    session), and an upsert merges what it writes into what a record holds: their document is written
-    empty and the second format's keys set to None (removed), or the old text a record written in an
-    earlier format holds would stay. Otherwise no document is written (an empty one costs ~10% of a
-    partition's write, tests/benchmarks/record_format.py)."""
-    stored = [stored_metadata(t, m) for t, m in zip(texts, metadatas, strict=True)]
-    columns: dict[str, Any] = {"ids": list(ids), "metadatas": stored}
-    if overwrite:
-        columns["documents"] = [""] * len(columns["ids"])
-        for metadata in stored:
-            metadata.update({TEXT_KEY: None, PACKED_KEY: None})
-    return columns
-
-
-def read_back(document: str | None, metadata: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """A record's text and its metadata, as they were written (from what Chroma returns)."""
-    found = dict(metadata or {})
-    body = found.pop(BODY_KEY, None)
-    text = found.pop(TEXT_KEY, None)
-    packed = found.pop(PACKED_KEY, None)
-    if body is not None:
-        text, fields = json.loads(_body_json(body))
-        found.update(fields)
-        return str(text), found
-    if packed is not None:
-        found.update(json.loads(packed))
-    return (document or "") if text is None else str(text), found
-
-
-def rows_of(found: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """The records of a Chroma ``get`` result (documents and metadatas included): id, text, metadata."""
-    ids = list(found["ids"])
-    documents = found.get("documents") or [None] * len(ids)
-    metadatas = found.get("metadatas") or [None] * len(ids)
-    return [(i, *read_back(d, m)) for i, d, m in zip(ids, documents, metadatas, strict=True)]
 
 
 def placeholders(count: int) -> Any:
@@ -152,6 +75,12 @@ def partition_name(group_id: str, session_id: str) -> str:
 
 def log_name(group_id: str) -> str:
     return f"epm-l-{digest(group_id)}"
+
+
+def log_name_of(recorded_group: Any) -> str:
+    """The log's name of the group a collection's metadata names (``collection_value`` of its id)."""
+    hashed = hashed_group(recorded_group)
+    return f"epm-l-{hashed}" if hashed is not None else log_name(str(recorded_group))
 
 
 def index_name(group_id: str) -> str:
@@ -361,13 +290,37 @@ def vector_where(selection: RecordFilter | None, *, partition: bool) -> dict[str
     return where_all(clauses)
 
 
+HASHED = "sha256:"  # a collection metadata value stored as the digest of a longer one
+
+
+def collection_value(value: str) -> str:
+    """A collection metadata value within Chroma Cloud's quota: the value, or the marked digest of one longer
+    than COLLECTION_VALUE_BYTES (a group id of that many bytes: the registry's record of the group has the
+    same digest for its id, and the group id as its text)."""
+    return value if utf8_bytes(value) <= COLLECTION_VALUE_BYTES else HASHED + digest(value)
+
+
+def same_value(recorded: Any, value: str) -> bool:
+    """Whether a collection metadata value records ``value`` (as it is, or as its digest)."""
+    return recorded == value or recorded == collection_value(value)
+
+
+def hashed_group(recorded: Any) -> str | None:
+    """The registry record id of a group whose collection metadata holds its id as a digest, else None."""
+    return recorded.removeprefix(HASHED) if isinstance(recorded, str) and recorded.startswith(HASHED) else None
+
+
+def log_collection_metadata(group_id: str) -> dict[str, Any]:
+    return {"epimem": "log", "group_id": collection_value(group_id)}
+
+
 def vector_collection_metadata(kind: str, group_id: str, session_id: str | None, model_id: str) -> dict[str, Any]:
     return clean_metadata(
         {
             "epimem": kind,
-            "group_id": group_id,
-            "session_id": session_id,
-            "epimem_model": model_id,
+            "group_id": collection_value(group_id),
+            "session_id": collection_value(session_id) if session_id is not None else None,
+            "epimem_model": collection_value(model_id),
             "hnsw:space": "cosine",
         }
     )

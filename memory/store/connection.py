@@ -29,21 +29,22 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import chromadb
-import httpx
 from chromadb.api import ClientAPI
-from chromadb.api.models.Collection import Collection
 from chromadb.config import Settings as ChromaSettings
 
 from memory.engine.allocator import bound_arenas, fill_fresh_memory, return_freed_memory
 from memory.engine.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
 from memory.engine.folder_lock import lock_folder
 from memory.engine.write_log_index import index_write_log
-from memory.errors import StoreUnavailableError
 from memory.locks import ReadersWriterLock
+from memory.store.bounded import CollectionSlots
 from memory.store.changes import ChangeFeed
 from memory.store.codec import PARTITION_PREFIX
+from memory.store.deployment import Deployment, connect
+from memory.store.paging import PAGE
 
 PARTITIONS_FOLDER = "chroma-partitions"  # beside ``chroma``: the partitions' engine (new folders)
 
@@ -85,14 +86,18 @@ class ChromaConnection:
         path: Path | None = None,
         partitions: Engine | None = None,
         stop_opened: Callable[[set[str]], None] | None = None,
+        slots: CollectionSlots | None = None,
+        listing_page: int = PAGE,
     ) -> None:
         self.path = path if stop is not None else None  # the embedded folder; None with a server
+        self.slots = slots or CollectionSlots()  # Chroma calls in flight per collection (memory.store.bounded)
+        self.listing_page = listing_page  # records a page of a listing asks for (memory.store.paging)
         self._stop = stop
         self.recycle_after = recycle_after if stop is not None else 0
         self._max_open = max_open
         self._gate = ReadersWriterLock()  # store calls shared, an engine restart or erasure exclusive
         self._lock = threading.Lock()
-        self._handles: OrderedDict[str, Collection] = OrderedDict()
+        self._handles: OrderedDict[str, Any] = OrderedDict()  # name -> RecordCollection
         self.feed = ChangeFeed()  # what this process's writes did, per group (memory.store.changes)
         self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
         self._stamped: set[str] = set()
@@ -198,7 +203,7 @@ class ChromaConnection:
                 total.add(report)
         return total
 
-    def handle(self, name: str, opener: Callable[[ClientAPI], Collection | None]) -> Collection | None:
+    def handle(self, name: str, opener: Callable[[ClientAPI], Any]) -> Any:
         """The cached handle of a collection, or ``opener(client)``'s (cached if not None)."""
         with self._lock:
             cached = self._handles.get(name)
@@ -236,16 +241,23 @@ def open_connection(
     *,
     data_dir: Path,
     host: str | None,
-    port: int,
+    port: int = 8000,
     ssl: bool = False,
     timeout_s: float = 10.0,
     recycle_after: int = 0,
     max_open: int = 256,
+    deployment: Deployment | None = None,
+    slots: CollectionSlots | None = None,
+    listing_page: int = PAGE,
 ) -> ChromaConnection:
-    """A Chroma server connection if a host is given, else the process's embedded Chroma under
-    ``data_dir/chroma`` (one connection per folder, shared: a restart must reach every user)."""
+    """A connection to a Chroma deployment if a host is given (``deployment``: its tenant, database and token;
+    memory.store.deployment), else the process's embedded Chroma under ``data_dir/chroma`` (one connection per
+    folder, shared: a restart must reach every user). ``slots``: the Chroma calls in flight per collection;
+    ``listing_page``: the records a page of a listing asks for (memory.store.paging)."""
     if host:
-        return ChromaConnection(lambda: _server_client(host, port, ssl, timeout_s), max_open=max_open)
+        reached = deployment or Deployment(host=host, port=port, ssl=ssl, timeout_s=timeout_s)
+        client = connect(reached)  # the start's checks, once
+        return ChromaConnection(lambda: client, max_open=max_open, slots=slots, listing_page=listing_page)
     lock_folder(Path(data_dir))  # one process per embedded folder; the caller releases it (release_folder)
     fill_fresh_memory()
     bound_arenas()
@@ -265,6 +277,8 @@ def open_connection(
                 max_open=max_open,
                 path=path,
                 partitions=_partitions_engine(partitions) if apart else None,
+                slots=slots,
+                listing_page=listing_page,
             )
             _EMBEDDED[str(path)] = connection
         else:  # the folder is already open in this process: the tighter bounds win
@@ -287,18 +301,6 @@ def _partitions_engine(path: Path) -> Engine:
         path,
         stop_opened=lambda opened: _stop_embedded(str(path), opened),
     )
-
-
-def _server_client(host: str, port: int, ssl: bool, timeout_s: float) -> ClientAPI:
-    try:
-        client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=ChromaSettings(anonymized_telemetry=False))
-    except (httpx.TransportError, ValueError, ConnectionError) as error:
-        raise StoreUnavailableError(f"cannot reach the Chroma server at {host}:{port}: {error}") from error
-    # chromadb's HTTP session has no timeout at all: a hung server would hang every request.
-    session = getattr(getattr(client, "_server", None), "_session", None)
-    if isinstance(session, httpx.Client):
-        session.timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0))
-    return client
 
 
 def _stop_embedded(path: str, opened: set[str] | None = None) -> None:

@@ -7,9 +7,13 @@ from dataclasses import dataclass
 from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
+from memory.store.dump import StoreDump
 from memory.store.group_reads import GroupReads
+from memory.store.keys import KeyStore
 from memory.store.log import LogStore
+from memory.store.usage import UsageStore
 from memory.store.vectors import VectorStore
+from memory.store.webhook_store import WebhookStore
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,10 @@ class Store:
     vectors: VectorStore
     admin: StoreAdmin
     group_reads: GroupReads  # a group read whole, for the read model (memory.readmodel)
+    keys: KeyStore  # the deployment's API keys and group limits
+    usage: UsageStore  # usage counters shared by its servers
+    dump: StoreDump  # collections read and written whole (backups)
+    webhooks: WebhookStore  # subscriptions, outbox, delivery log and leases of change events
 
     @property
     def model_id(self) -> str:
@@ -35,4 +43,8 @@ def open_store(connection: ChromaConnection, *, model_id: str) -> Store:
         vectors=VectorStore(collections),
         admin=StoreAdmin(collections),
         group_reads=GroupReads(collections),
+        keys=KeyStore(collections),
+        usage=UsageStore(collections),
+        dump=StoreDump(collections),
+        webhooks=WebhookStore(collections),
     )

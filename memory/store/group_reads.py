@@ -93,14 +93,16 @@ class GroupReads(StorePart):
         return config, sessions
 
     @store_call
-    def message_ids(self, group_id: str) -> list[str]:
-        """The log record ids of the group's messages."""
+    def log_ids(self, group_id: str) -> list[str]:
+        """The ids of every record of the group's log, of every kind (``messages`` keeps the messages): a filtered
+        listing costs Chroma a scan of the log for each page (memory.store.paging), an unfiltered one a skip to
+        the page."""
         log = self._collections.log(group_id, create=False)
-        return list(log.get(include=[], where={"kind": "message"})["ids"]) if log is not None else []
+        return list(log.get(include=[])["ids"]) if log is not None else []
 
     @store_call
     def messages(self, group_id: str, ids: Sequence[str]) -> dict[str, Message]:
-        """Log record id -> message, of those ids."""
+        """Log record id -> message, of those ids that are messages."""
         log = self._collections.log(group_id, create=False)
         if log is None:
             return {}
@@ -108,6 +110,7 @@ class GroupReads(StorePart):
         return {
             record_id: codec.stored_from_log(group_id, document, metadata).message
             for record_id, document, metadata in codec.rows_of(page)
+            if metadata.get("kind") == "message"
         }
 
     @store_call

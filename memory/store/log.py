@@ -52,7 +52,7 @@ class LogStore(StorePart):
         self, group_id: str, record_ids: list[str], documents: list[str], metadatas: list[dict[str, Any]]
     ) -> None:
         self._register(group_id)
-        self._collections.written_log(group_id).upsert(
+        self._collections.written_log(group_id).rewrite(
             **codec.written(record_ids, documents, metadatas, overwrite=True),
             embeddings=codec.placeholders(len(record_ids)),
         )
@@ -138,7 +138,7 @@ class LogStore(StorePart):
         """Upsert full message records into the group's log (one batch, atomic per call in Chroma)."""
         if messages:
             with self._tracked(group_id, messages):
-                self._collections.written_log(group_id).upsert(**codec.log_columns(list(messages), overwrite=True))
+                self._collections.written_log(group_id).rewrite(**codec.log_columns(list(messages), overwrite=True))
             written = tuple((codec.message_record_id(s.session_id, s.message.id), s.message) for s in messages)
             versions.changed(self._collections, group_id, change=Change(messages=written))
 
@@ -265,7 +265,7 @@ class LogStore(StorePart):
 
     @store_call
     def put_record(self, group_id: str, record_id: str, document: str, metadata: dict[str, Any]) -> None:
-        self._collections.written_log(group_id).upsert(
+        self._collections.written_log(group_id).rewrite(
             **codec.written([record_id], [document], [metadata], overwrite=True), embeddings=codec.placeholders(1)
         )
 

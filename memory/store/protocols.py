@@ -5,13 +5,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from memory.models import Episode, GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.receipts import DeletionReceipt
 from memory.store.records import RecordFilter, Row, VectorHit, VectorRecord
+
+if TYPE_CHECKING:
+    from memory.store.keys import GroupLimits, StoredKey
+    from memory.store.usage import CounterId, CounterValue
 
 Ids = Sequence[str] | None  # record ids (None: every record the selection admits)
 Selection = RecordFilter | None
@@ -136,3 +140,34 @@ class Administration(Protocol):
     def rebuild_collection(self, name: str, records: Sequence[VectorRecord]) -> None: ...
 
     def finish_rebuilds(self) -> list[str]: ...
+
+
+class KeyRecords(Protocol):
+    """The deployment's API keys and group limits, shared by its servers (memory.store.keys)."""
+
+    def stamp(self) -> str | None: ...
+
+    def read(self) -> tuple[str | None, list[StoredKey], dict[str, GroupLimits]]: ...
+
+    def get(self, key_id: str) -> StoredKey | None: ...
+
+    def put(self, keys: list[StoredKey]) -> str: ...
+
+    def put_group_limits(self, group_id: str, limits: GroupLimits) -> str: ...
+
+
+class UsageRecords(Protocol):
+    """Usage counters shared by a deployment's servers, each writing its own part (memory.store.usage)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    def read(self, counters: Iterable[CounterId]) -> dict[CounterId, CounterValue]: ...
+
+    def period(self, period: str) -> dict[CounterId, CounterValue]: ...
+
+    def write(self, counts: dict[CounterId, tuple[str, int]]) -> None: ...
+
+    def stored_chars(self, group_id: str) -> int: ...
+
+    def rebase(self, counter: CounterId, base: int) -> str: ...

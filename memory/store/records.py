@@ -11,6 +11,7 @@ import numpy as np
 from memory.models import Episode, StoredMessage
 from memory.store import codec
 from memory.store.filters import EPISODE_KINDS, RecordFilter, RecordKind
+from memory.store.record_format import fitted_text
 
 __all__ = [
     "EPISODE_KINDS",
@@ -49,8 +50,12 @@ class VectorRecord:
 
     @classmethod
     def of_message(cls, stored: StoredMessage, embedding: np.ndarray | None = None) -> VectorRecord:
+        """A message's vector record. It carries the message's text as far as one document holds it (all of a
+        message of up to ~16,000 characters of ASCII; the log keeps every message whole)."""
         record_id = codec.message_record_id(stored.session_id, stored.message.id)
-        return cls(record_id, stored.message.content, codec.message_vector_metadata(stored), embedding)
+        metadata = codec.message_vector_metadata(stored)
+        text = fitted_text(stored.message.content, codec.packed_apart(metadata)[1])
+        return cls(record_id, text, metadata, embedding)
 
     def with_embedding(self, embedding: np.ndarray) -> VectorRecord:
         return VectorRecord(self.id, self.document, self.metadata, embedding)

@@ -7,14 +7,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import numpy as np
-from chromadb.api.models.Collection import Collection
 
 from memory.models import Episode
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
 from memory.store.changes import Change
 from memory.store.paging import WRITE_BATCH, pages
+from memory.store.parts import RecordCollection
 from memory.store.protocols import Ids, Selection
+from memory.store.quotas import RESULTS_PER_READ
+from memory.store.record_format import PARTS_KEY
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
 
 
@@ -31,7 +33,7 @@ def _columns(records: Sequence[VectorRecord], *, overwrite: bool = False) -> dic
 
 
 class VectorStore(StorePart):
-    def _both(self, group_id: str, session_id: str, *, create: bool) -> list[Collection]:
+    def _both(self, group_id: str, session_id: str, *, create: bool) -> list[RecordCollection]:
         """The session's partition and the group index (those that exist, unless created)."""
         found = (
             self._collections.vectors(group_id, session_id, create=create),
@@ -39,7 +41,7 @@ class VectorStore(StorePart):
         )
         return [collection for collection in found if collection is not None]
 
-    def _read_from(self, group_id: str, selection: RecordFilter | None) -> tuple[Collection | None, Any]:
+    def _read_from(self, group_id: str, selection: RecordFilter | None) -> tuple[RecordCollection | None, Any]:
         session = selection.single_session if selection is not None else None
         collection = self._collections.vectors(group_id, session)
         return collection, codec.vector_where(selection, partition=session is not None)
@@ -76,15 +78,19 @@ class VectorStore(StorePart):
 
     @store_call
     def replace(self, group_id: str, session_id: str, record: VectorRecord) -> None:
-        """Overwrite a record (upsert merges metadata: keys the new record lacks are removed)."""
+        """Overwrite a record (upsert merges metadata: keys the new record lacks are removed). The pieces of the
+        version it replaces (memory.store.parts) go once the partition and the index both hold the new one."""
         partition = self._collections.vectors(group_id, session_id)
         current = partition.get(ids=[record.id], include=["metadatas"])["metadatas"] if partition is not None else None
         columns = _columns([record], overwrite=True)
-        stale = sorted(set((current or [{}])[0] or {}) - set(columns["metadatas"][0]))
-        for collection in self._both(group_id, session_id, create=True):
-            collection.upsert(**columns)
+        stale = sorted(set((current or [{}])[0] or {}) - set(columns["metadatas"][0]) - {PARTS_KEY})
+        both = self._both(group_id, session_id, create=True)
+        replaced: set[str] = set()
+        for collection in both:
+            replaced.update(collection.rewrite(**columns, later=True))  # (the two records share their pieces)
             if stale:  # a key updated to None is removed
                 collection.update(ids=[record.id], metadatas=cast(Any, [dict.fromkeys(stale)]))
+        both[0].remove_pieces(sorted(replaced))
         versions.changed(self._collections, group_id, change=Change(records=(record,), merge=False))
 
     @store_call
@@ -174,12 +180,16 @@ class VectorStore(StorePart):
 
     @store_call
     def query(self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None) -> list[VectorHit]:
-        """The ``k`` nearest records, in one partition (a filter of one session) or in the group index."""
+        """The ``k`` nearest records (at most RESULTS_PER_READ, Chroma Cloud's quota), in one partition (a
+        filter of one session) or in the group index."""
         collection, where = self._read_from(group_id, selection)
         if collection is None:
             return []
         result = collection.query(
-            query_embeddings=[vector], n_results=k, where=where, include=["documents", "metadatas", "distances"]
+            query_embeddings=[vector],
+            n_results=min(k, RESULTS_PER_READ),
+            where=where,
+            include=["documents", "metadatas", "distances"],
         )
         ids = result["ids"][0]
         documents = (result["documents"] or [[]])[0]
@@ -194,11 +204,13 @@ class VectorStore(StorePart):
     def nearest(
         self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
     ) -> list[tuple[str, float]]:
-        """Ids and cosine distances of the ``k`` nearest records (``query`` without documents and
-        metadata: the read model has those)."""
+        """Ids and cosine distances of the ``k`` nearest records, at most RESULTS_PER_READ (``query`` without
+        documents and metadata: the read model has those)."""
         collection, where = self._read_from(group_id, selection)
         if collection is None:
             return []
-        result = collection.query(query_embeddings=[vector], n_results=k, where=where, include=["distances"])
+        result = collection.query(
+            query_embeddings=[vector], n_results=min(k, RESULTS_PER_READ), where=where, include=["distances"]
+        )
         distances = (result["distances"] or [[]])[0]
         return [(i, float(d)) for i, d in zip(result["ids"][0], distances, strict=True)]

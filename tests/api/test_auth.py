@@ -67,10 +67,28 @@ def app_routes() -> list[tuple[str, str, str]]:
     return found
 
 
+# Routes about every group or the whole deployment: an admin key for '*' only (metrics, keys, limits, usage,
+# webhooks, backups and restores).
+SERVER_WIDE = {
+    "/metrics",
+    "/v1/webhooks",
+    "/v1/webhooks/{subscription_id}",
+    "/v1/webhooks/{subscription_id}/deliveries",
+    "/v1/backup",
+    "/v1/restore",
+}
+
+
+def server_wide(path: str) -> bool:
+    return path in SERVER_WIDE or path.startswith(("/v1/keys", "/v1/usage")) or path.endswith("/limits")
+
+
 def required_role(method: str, path: str) -> str:
-    """The documented role table (README): deletes, redaction, audit, export and metrics need admin; writes
-    (corrections too) need write."""
-    if method == "DELETE" or path.endswith(("/export", "/redact", "/audit")) or path == "/metrics":
+    """The documented role table (README): deletes, redaction, audit, export, usage, changing retention or sweeping,
+    and what is about every group need admin; writes (corrections too) need write."""
+    if method == "DELETE" or path.endswith(("/export", "/redact", "/audit", "/usage", "/sweep")) or server_wide(path):
+        return "admin"
+    if method == "PUT" and path.endswith("/retention"):
         return "admin"
     if method in ("POST", "PUT", "PATCH") and not path.endswith(("/search", "/context")):
         return "write"
@@ -83,7 +101,14 @@ PROTECTED = [r for r in ROUTES if r[2] != "public"]
 
 
 def url(path: str, group_id: str) -> str:
-    values = {"group_id": group_id, "session_id": "s1", "episode_id": "e1", "message_id": "m1"}
+    values = {
+        "group_id": group_id,
+        "session_id": "s1",
+        "episode_id": "e1",
+        "message_id": "m1",
+        "key_id": "key-0123456789ab",
+        "subscription_id": "ab12",
+    }
     return re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
 
 
@@ -114,9 +139,12 @@ def call(client: TestClient, method: str, path: str, group_id: str, key: str | N
 def test_the_route_table_is_what_the_readme_documents() -> None:
     assert len(PROTECTED) >= 20
     assert {r[2] for r in PROTECTED} == {"read", "write", "admin"}
-    # Every protected route is scoped to a group, but /metrics and the caller's own view (its role, the groups it
-    # may read: tests/api/test_api_explorer_routes.py checks that nothing outside its groups is listed).
-    assert {r[1] for r in PROTECTED if "{group_id}" not in r[1]} == {"/metrics", "/v1/groups", "/v1/auth/whoami"}
+    # Every protected route is scoped to a group, but the server-wide ones (an admin of '*') and the caller's own
+    # view (its role, the groups it may read: tests/api/test_api_explorer_routes.py checks that nothing outside its
+    # groups is listed).
+    unscoped = {r[1] for r in PROTECTED if "{group_id}" not in r[1]}
+    assert {path for path in unscoped if not server_wide(path)} == {"/v1/groups", "/v1/auth/whoami"}
+    assert {"/metrics", "/v1/keys", "/v1/keys/{key_id}", "/v1/usage"} | SERVER_WIDE <= unscoped
 
 
 @pytest.mark.parametrize(("method", "path", "role"), PROTECTED, ids=[f"{m} {p}" for m, p, _ in PROTECTED])
@@ -149,7 +177,7 @@ def test_a_key_of_another_group_is_403_and_reveals_nothing(
 def test_roles(keyed: TestClient, method: str, path: str, role: str) -> None:
     for key, level in (("read-a", 1), ("write-a", 2), ("admin-a", 3)):
         status, body = call(keyed, method, path, "team-a", key)
-        if level < NEEDS[role] or path == "/metrics":  # /metrics shows every group: a key for '*' only
+        if level < NEEDS[role] or server_wide(path):  # every group's figures, keys, limits: a key for '*' only
             assert status == 403 and body["error"]["code"] == "forbidden", (key, status, body)
         else:
             assert status not in (401, 403), (key, status, body)

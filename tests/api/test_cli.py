@@ -1,18 +1,22 @@
-"""The `epimem` command line: in process on a data folder (the loaded model is handed in through the
-click context object), and `epimem serve` as a real process answering HTTP."""
+"""The `epimem` command line: the same commands in process on a data folder (the loaded model is handed in
+through the click context object) and on a running epimem (`--url`, a real uvicorn server), and `epimem serve`
+as a real process answering HTTP."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from helpers.processes import clean_env
-from helpers.servers import ServerProcess
+from helpers.servers import AppServer, ServerProcess
 from typer.testing import CliRunner
 
 from api.cli.main import app
+from api.facade import Epimem
+from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
 runner = CliRunner()
@@ -44,14 +48,30 @@ def locomo_file(path: Path) -> Path:
     return path
 
 
+@pytest.fixture(params=["folder", "url"])
+def where(request: pytest.FixtureRequest, tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[list[str]]:
+    """The options that name the memory: a data folder in process, or a running epimem on its own folder."""
+    if request.param == "folder":
+        yield ["--data-dir", str(tmp_path / "data")]
+        return
+    service = Epimem.from_settings(Settings(data_dir=tmp_path / "served"), background=False, embedder=embedder)
+    try:
+        with AppServer(service) as server:
+            yield ["--url", server.url]
+    finally:
+        service.close()
+
+
 def run(embedder: SentenceTransformerEmbedder, *args: str) -> str:
     result = runner.invoke(app, list(args), obj={"embedder": embedder})
     assert result.exit_code == 0, (result.output, result.exception)
     return result.stdout
 
 
-def test_import_is_idempotent_and_everything_reads_back(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
-    data = ["--data-dir", str(tmp_path / "data")]
+def test_import_is_idempotent_and_everything_reads_back(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, where: list[str]
+) -> None:
+    data = where
     source = locomo_file(tmp_path / "locomo.json")
     first = json.loads(run(embedder, "import", str(source), *data, "--json"))
     assert first["kind"] == "locomo" and first["groups"] == ["conv-t"] and first["messages"] == 7
@@ -105,11 +125,29 @@ def test_import_is_idempotent_and_everything_reads_back(tmp_path: Path, embedder
     stats = json.loads(run(embedder, "stats", *data, "--json"))
     groups = {row["group_id"]: row for row in stats["groups"]}
     assert set(groups) == {"conv-t", "conv-copy", "team"}
-    assert groups["conv-t"]["sessions"] == 2 and groups["conv-t"]["vectors"] > 7
+    assert groups["conv-t"]["sessions"] == 2 and groups["conv-t"]["messages"] == 7
+    assert groups["conv-t"]["episodes"] == groups["conv-copy"]["episodes"] == first["episodes"]
     assert "conv-copy" in run(embedder, "stats", *data)
 
-    reembedded = json.loads(run(embedder, "reembed", *data, "--json"))
-    assert reembedded["vectors"] == 0 and reembedded["skipped_collections"] > 0  # already on this model
+    if where[0] == "--data-dir":  # a command of the data folder only
+        reembedded = json.loads(run(embedder, "reembed", *data, "--json"))
+        assert reembedded["vectors"] == 0 and reembedded["skipped_collections"] > 0  # already on this model
+
+
+def test_a_timestamp_in_milliseconds_is_one_clear_line(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, where: list[str]
+) -> None:
+    """In a file to import (checked where the messages are added: the facade, or the server) and as a timeline
+    bound (checked here), on either side: one line that says what to do, never pydantic's report."""
+    lines = tmp_path / "ms.jsonl"
+    lines.write_text(json.dumps({"group_id": "g", "session_id": "s", "id": "1", "content": "hi", "timestamp": 1e12}))
+    imported = runner.invoke(app, ["import", str(lines), *where], obj={"embedder": embedder})
+    assert imported.exit_code == 1, imported.output
+    error = imported.stderr.strip().splitlines()[-1]  # after the progress bar
+    assert error.startswith("error (invalid_input): ") and "milliseconds" in error, imported.stderr
+    assert "pydantic" not in imported.stderr and "validation error" not in imported.stderr
+    bound = runner.invoke(app, ["timeline", "g", "--start", "1700000000000", *where], obj={"embedder": embedder})
+    assert bound.exit_code == 2 and bound.stderr.count("\n") == 1 and "milliseconds" in bound.stderr
 
 
 def test_bad_input_is_a_clear_error_not_a_traceback(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
@@ -160,9 +198,9 @@ MELANIE = {"D1:2", "D1:4", "D2:1", "D2:3"}  # the ids of Melanie's turns in loco
 
 
 def test_correct_revisions_redact_audit_and_speaker_filters(
-    tmp_path: Path, embedder: SentenceTransformerEmbedder
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, where: list[str]
 ) -> None:
-    data = ["--data-dir", str(tmp_path / "data")]
+    data = where
     run(embedder, "import", str(locomo_file(tmp_path / "locomo.json")), *data, "--json")
     page = json.loads(run(embedder, "timeline", "conv-t", *data, "--json"))
     episode = page["episodes"][0]

@@ -12,11 +12,12 @@ from pydantic import BaseModel
 
 from api.server import create_app
 from api.settings import Settings
-from epimem_client import models
+from epimem_client import keys, models
 
 WIRE_MODELS = [
     cls
-    for cls in vars(models).values()
+    for module in (models, keys)
+    for cls in vars(module).values()
     if isinstance(cls, type) and issubclass(cls, models.WireModel) and cls is not models.WireModel
 ]
 

@@ -1,7 +1,8 @@
 """The explorer as a new user meets it, on the README's quickstart data (headless Chromium, Debian's): a
 group that does not exist (or a malformed address) replaces the view instead of leaving the previous one
 under the message; the context slider sends the budget it shows; the timeline's own example of a time
-window, with its default "count back from the last activity", finds the quickstart's episodes."""
+window, with its default "count back from the last activity", finds the quickstart's episodes; and a session
+nobody flushed is on the timeline as it was said, marked pending."""
 
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransform
         batch = [{"id": i, "producer_id": who, "timestamp": when, "content": text} for i, who, when, text in said]
         service.add_messages("team-a", session, batch)
         service.flush("team-a", session)
+        service.add_messages("team-live", session, batch)  # as an application sends them: never flushed
     try:
         with AppServer(service) as running:
             yield running
@@ -127,3 +129,16 @@ def test_the_timelines_own_example_finds_the_quickstart(server: AppServer, page:
     page.wait_for_selector("body[data-timeline-ready]")
     titles = page.locator("ol.episodes li").all_inner_texts()
     assert any("chat-2" in title for title in titles), (example, titles)
+
+
+def test_what_was_just_said_is_on_the_timeline_marked_pending(server: AppServer, page: Any) -> None:
+    visit(page, server.url + "/ui/#/g/team-live/timeline")
+    page.wait_for_selector("body[data-timeline-ready]")
+    items = page.locator("ol.episodes li")
+    assert items.count() == 2  # one open episode per session
+    assert page.locator("ol.episodes li.pending .badge").all_inner_texts() == ["pending", "pending"]
+    assert "Rex" in items.first.inner_text() and "not in an episode yet" in items.first.inner_text()
+    assert page.get_by_text("Nothing said yet.").count() == 0
+    items.first.locator("a").click()  # the open episode's own view, with its messages
+    page.wait_for_selector("#pending-note")
+    assert "I adopted a dog called Rex yesterday." in page.locator("main").inner_text()

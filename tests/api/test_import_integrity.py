@@ -1,22 +1,23 @@
 """Import cannot rewrite memory, and what export wrote, import takes back (issue 32.3, 32.7): against a
-real uvicorn server with API keys. An export whose episode was edited is refused with 409 and nothing
-changes; an unchanged re-import changes nothing; an export larger than the body cap of other requests
+real uvicorn server with API keys. An export whose episode was edited is refused (403 with a write key:
+episodes are a restore; 409 with an admin key for every group) and nothing changes; an unchanged re-import
+changes nothing; an export larger than the body cap of other requests
 imports back over HTTP (the body streams under its own cap) and through the CLI."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from helpers.builders import T0, chat, two_episode_session
-from helpers.paths import ROOT
 from helpers.servers import AppServer
+from typer.testing import CliRunner
 
+from api.cli.main import app
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
@@ -72,7 +73,8 @@ def test_an_edited_episode_cannot_be_imported_back(server: AppServer, field: str
     episode = dict(records[index]["episode"])
     episode[field] = episode[field][:1] if field == "source_message_ids" else "FORGED: the dog was called Max"
     forged = [*records[:index], {**records[index], "episode": episode}, *records[index + 1 :]]
-    refused = send(server, GROUP, forged)
+    assert send(server, GROUP, forged).status_code == 403  # episodes are a restore: not with a write key
+    refused = send(server, GROUP, forged, key=ADMIN)
     assert refused.status_code == 409, refused.text
     assert refused.json()["error"]["details"]["ids"] == [episode["uuid"]]
     assert timeline(server, GROUP) == before
@@ -85,7 +87,7 @@ def test_an_edited_episode_cannot_be_imported_back(server: AppServer, field: str
 def test_an_unchanged_reimport_changes_nothing(server: AppServer) -> None:
     records = export(server, GROUP)
     before = timeline(server, GROUP)
-    again = send(server, GROUP, records)
+    again = send(server, GROUP, records, key=ADMIN)
     assert again.status_code == 200, again.text
     assert timeline(server, GROUP) == before
     assert [r for r in export(server, GROUP) if r["type"] not in ("header",)] == [
@@ -146,20 +148,15 @@ def test_the_cli_round_trip(tmp_path: Path, embedder: SentenceTransformerEmbedde
     service.close()
     exported = tmp_path / "cli.jsonl"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=ROOT,
-            check=False,
-        )
+    def cli(*args: str) -> Any:
+        """The command line in this process, with the model already loaded (the console script itself is
+        tested in tests/api/test_cli_output.py)."""
+        return CliRunner().invoke(app, list(args), obj={"embedder": embedder})
 
     done = cli("export", "cli", "--output", str(exported), "--data-dir", str(source))
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     done = cli("import", str(exported), "--group", "cli-copy", "--data-dir", str(tmp_path / "target"))
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.output
     target = Epimem.from_settings(Settings(data_dir=tmp_path / "target"), background=False, embedder=embedder)
     try:
         assert [(m.id, m.content) for m in target.history("cli-copy", "s1")] == expected

@@ -21,9 +21,9 @@ from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from api.facade import Epimem
-from api.integrations.langchain import EpimemChatMessageHistory, EpimemRetriever
 from api.settings import Settings
 from epimem_client import AsyncEpimemClient, EpimemClient
+from epimem_client.langchain import EpimemChatMessageHistory, EpimemRetriever
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.models import Role
 

@@ -54,7 +54,7 @@ def conversation() -> list[dict[str, Any]]:
         ("Caroline", "Rex loves the park by the lake, we walk there every morning."),
         ("Melanie", "I started pottery classes on Tuesdays, making a blue vase."),
     ]
-    return turns(lines, speaker="speaker")
+    return turns(lines)
 
 
 def data(result: Any) -> Any:

@@ -100,7 +100,7 @@ def test_validation_errors_say_what_is_wrong_and_the_log_holds_no_input(
     speaker = "S" * 501
     cases = [
         ([message(0, timestamp="not a time")], "messages.0.timestamp"),
-        ([message(0, speaker=speaker)], "messages.0.speaker"),
+        ([message(0, producer_id=speaker)], "messages.0.producer_id"),
         ([message(0, timestamp="0001-01-01T00:00:00Z")], "out of range"),  # refused by the domain model
         ([message(0, content=" ")], "content"),
     ]

@@ -11,7 +11,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,12 +67,9 @@ def test_serve_reports_a_busy_port_before_opening_the_store(tmp_path: Path) -> N
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        started = time.monotonic()
         result = epimem("serve", "--data-dir", str(tmp_path / "data"), "--port", str(port))
-        elapsed = time.monotonic() - started
     one_plain_line(result, 2, f"port {port}", "already in use")
-    assert not (tmp_path / "data" / "chroma").exists()  # the store was never opened
-    assert elapsed < 60
+    assert not (tmp_path / "data").exists()  # the store was never opened, the folder not even created
 
 
 @pytest.fixture
@@ -137,26 +133,10 @@ def test_commands_that_need_no_model_do_not_load_it(tmp_path: Path, embedder: Se
     service.flush("team", "chat")
     service.close()
 
-    def floor() -> float:  # interpreter start and the CLI's imports alone, on this machine now
-        started = time.monotonic()
-        imports = (
-            "import api.cli.entry; api.cli.entry._skip_slow_optional_imports(); import api.cli.main"  # as `epimem` does
-        )
-        imported = subprocess.run([sys.executable, "-c", imports], env=clean_env(), capture_output=True)
-        assert imported.returncode == 0
-        return time.monotonic() - started
-
     for command in (["stats"], ["export", "team"], ["timeline", "team"]):
-        timings = []
-        for _ in range(2):  # the better of two runs each, against the floor measured beside it: load is noisy
-            base = floor()
-            started = time.monotonic()
-            result = epimem(*command, "--data-dir", str(data))
-            timings.append((time.monotonic() - started, base))
-            assert result.returncode == 0, result.stderr[-2000:]
-            assert WEIGHTS not in result.stderr and "loading the embedding model" not in result.stderr, command
-        elapsed, base = min(timings)
-        assert elapsed <= max(2.0, 1.5 * base + 1.0), (command, timings)
+        result = epimem(*command, "--data-dir", str(data))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert WEIGHTS not in result.stderr and "loading the embedding model" not in result.stderr, command
     searched = epimem("search", "team", "dog", "--data-dir", str(data), "--json")
     assert searched.returncode == 0 and "Rex" in searched.stdout  # the model loads when a query is embedded
     assert "loading the embedding model" in searched.stderr  # and says so

@@ -33,12 +33,15 @@ GROUP = "secret-group-7f3a"
 TEXT = "Caroline adopted a golden retriever called Rex"
 
 
-@pytest.fixture
-def traced(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[tuple[str, InMemorySpanExporter]]:
+@pytest.fixture(params=[False], ids=["default"])
+def traced(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    service = Epimem.from_settings(Settings(data_dir=tmp_path / "data"), background=False, embedder=embedder)
+    settings = Settings(data_dir=tmp_path / "data", trace_query_text=request.param)
+    service = Epimem.from_settings(settings, background=False, embedder=embedder)
     app = create_app(service)
     assert setup_tracing(app, provider)
     server = AppServer(app).start()
@@ -82,7 +85,8 @@ def test_span_trees_of_an_ingest_and_a_context_call(traced: tuple[str, InMemoryS
     spans = list(exporter.get_finished_spans())
 
     add = request_span(spans, "POST /v1/groups/{group_id}/sessions/{session_id}/messages")
-    (store,) = [s for s in children(spans, add) if s.name == "epimem.ingest.store_messages"]
+    (create,) = [s for s in children(spans, add) if s.name == "create_memory"]  # the GenAI memory operation
+    (store,) = [s for s in children(spans, create) if s.name == "epimem.ingest.store_messages"]
     # The add embeds its three messages (recallable at once); formation reuses their vectors.
     (added,) = [s for s in children(spans, store) if s.name == "epimem.ingest.embedding"]
     embed = [s for s in children(spans, added) if s.name == "epimem.embed"]
@@ -97,7 +101,8 @@ def test_span_trees_of_an_ingest_and_a_context_call(traced: tuple[str, InMemoryS
     assert any(s.name.startswith("epimem.store.") for s in descendants(spans, flush))
 
     ctx = request_span(spans, "POST /v1/groups/{group_id}/context")
-    (pack,) = [s for s in children(spans, ctx) if s.name == "epimem.context.pack"]
+    (searched,) = [s for s in children(spans, ctx) if s.name == "search_memory"]
+    (pack,) = [s for s in children(spans, searched) if s.name == "epimem.context.pack"]
     assert pack.attributes["epimem.budget"] == 300
     assert pack.attributes["epimem.pieces"] == 1
     assert 0 < pack.attributes["epimem.tokens"] <= 300
@@ -169,3 +174,50 @@ def test_without_the_extra_the_app_is_unchanged(tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr[-3000:]
         assert run.stdout.strip().splitlines()[-1] == "False False"
         assert "epimem-server[otel] is not installed" in run.stderr
+
+
+def memory_spans(spans: list[ReadableSpan]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        if "gen_ai.operation.name" in attributes:
+            assert span.name == attributes["gen_ai.operation.name"]  # the span is named by its operation
+            found.setdefault(span.name, []).append(attributes)
+    return found
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["query-text-off", "query-text-on"], indirect=True)
+def test_operations_on_memory_follow_the_genai_memory_conventions(
+    traced: tuple[str, InMemorySpanExporter], request: pytest.FixtureRequest
+) -> None:
+    url, exporter = traced
+    opted_in = "query-text-on" in request.node.callspec.id
+    store = tracing.group_hash(GROUP)
+    batch = messages(3, text=f"{TEXT} ({{i}}).", speakers=("Caroline",))
+    with httpx.Client(base_url=url, timeout=60) as http:
+        assert http.post(f"/v1/groups/{GROUP}/sessions/s1/messages", json={"messages": batch}).status_code == 200
+        episode = http.post(f"/v1/groups/{GROUP}/sessions/s1/flush").json()["episodes"][0]["uuid"]
+        assert http.post(f"/v1/groups/{GROUP}/search", json={"query": "Who has a dog?", "k": 2}).status_code == 200
+        fixed = http.patch(f"/v1/groups/{GROUP}/sessions/s1/episodes/{episode}", json={"title": "Rex the dog"})
+        assert fixed.status_code == 200
+        message_id = batch[0]["id"]
+        assert http.delete(f"/v1/groups/{GROUP}/sessions/s1/messages/{message_id}").status_code == 200
+        assert http.delete(f"/v1/groups/{GROUP}/sessions/s1/episodes/no-such-episode").status_code == 404
+        assert http.delete(f"/v1/groups/{GROUP}").status_code == 200
+    found = memory_spans(list(exporter.get_finished_spans()))
+    for operations in found.values():
+        for attributes in operations:
+            assert attributes["gen_ai.provider.name"] == "epimem" and attributes["gen_ai.memory.store.id"] == store
+    (created,) = found["create_memory"]
+    assert created["gen_ai.memory.record.count"] == 3
+    (searched,) = found["search_memory"]
+    assert searched["gen_ai.memory.record.count"] >= 1
+    assert searched.get("gen_ai.memory.query.text") == ("Who has a dog?" if opted_in else None)
+    (updated,) = found["update_memory"]
+    assert updated["gen_ai.memory.record.id"] == episode
+    deleted, missing = found["delete_memory"]
+    assert deleted["gen_ai.memory.record.id"] == f"message-{tracing.group_hash(message_id)}"
+    assert deleted["gen_ai.memory.record.count"] >= 1 and message_id not in str(deleted)
+    assert missing["gen_ai.memory.record.id"] == "no-such-episode" and missing["error.type"] == "not_found"
+    (dropped,) = found["delete_memory_store"]
+    assert "gen_ai.memory.record.id" not in dropped  # the whole store

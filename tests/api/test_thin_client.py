@@ -1,6 +1,6 @@
 """The HTTP client is thin: ``epimem_client`` imports without Chroma, numpy, torch, sentence-transformers or
-any server package (``tests/integration/test_distributions.py`` installs its wheel alone in a fresh venv),
-and the command line says what to install when the server's packages are missing."""
+any server package (``tests/integration/test_distributions.py`` installs its wheel alone in a fresh venv), and
+where the server's packages are missing the command line is the thin client's, which says what needs them."""
 
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ BASE = (
     "sniffio",
     "idna",
     "certifi",
+    # the command line: typer and rich, and what they pull in
+    "typer",
+    "rich",
+    "shellingham",
+    "annotated_doc",
+    "markdown_it",
+    "mdurl",
+    "pygments",
 )
 
 
@@ -71,13 +79,17 @@ def base_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
-def test_command_line_without_the_server_says_what_to_install(base_site: Path) -> None:
-    code = "import sys\nsys.argv = ['epimem', 'serve']\nfrom api.cli.entry import main\nmain()\n"
-    result = run(code, python_path=[base_site, ROOT], isolated=True)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    assert result.stderr.strip().startswith("epimem: the command line is part of the server")
-    assert "pip install epimem-server" in result.stderr
+def test_command_line_without_the_server_is_the_thin_clients(base_site: Path) -> None:
+    code = "import sys\nsys.argv = ['epimem', *sys.argv[1:]]\nfrom api.cli.entry import main\nmain()\n"
+    path = [base_site, ROOT, ROOT / "clients" / "python"]
+    served = run(code, python_path=path, isolated=True, argv=["serve"])
+    assert served.returncode == 2 and "Traceback" not in served.stderr
+    assert served.stderr.strip() == (
+        "error: `epimem serve` runs epimem itself: it needs the server install: pip install epimem-server "
+        "(from a clone: pip install -e .)"
+    )
+    searched = run(code, python_path=path, isolated=True, argv=["search", "g", "dog"])
+    assert searched.returncode == 2 and searched.stderr.startswith("error: give --url (or EPIMEM_URL)")
 
 
 def test_command_line_with_the_server_runs_typer() -> None:
@@ -85,3 +97,19 @@ def test_command_line_with_the_server_runs_typer() -> None:
     result = run(code)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "mcp" in result.stdout and "serve" in result.stdout
+
+
+def test_the_adapters_old_import_paths_are_the_thin_clients() -> None:
+    code = (
+        "import sys\n"
+        "import api.integrations.langchain as old_chain, api.integrations.llamaindex as old_index\n"
+        "import epimem_client.langchain as chain, epimem_client.llamaindex as index\n"
+        "assert old_chain.EpimemRetriever is chain.EpimemRetriever\n"
+        "assert old_chain.EpimemChatMessageHistory is chain.EpimemChatMessageHistory\n"
+        "assert old_index.EpimemRetriever is index.EpimemRetriever\n"
+        "assert old_index.EpimemMemoryBlock is index.EpimemMemoryBlock\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('memory', 'retrieval')])\n"
+    )
+    result = run(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]"  # the adapters need nothing of the server

@@ -5,8 +5,15 @@
   row of its own);
 - ``keys``: the second format — the text in metadata (``text``), the keys never filtered on nor updated
   in one JSON value (``fields``);
-- ``body``: ``codec.written`` — the text and those keys in one value behind the time of the write, so
-  that it lands at the end of Chroma's SQLite index of string values instead of a random page of it.
+- ``body``: the third format — the text and those keys in one value behind the time of the write, so
+  that it lands at the end of Chroma's SQLite index of string values instead of a random page of it;
+- ``payload``: ``codec.written`` — the same stamped payload under ``body`` when it fits in one metadata value
+  (Chroma Cloud's 4,096 bytes), else as the record's document (16,384 bytes; longer: pieces);
+- ``documents``: the stamped payload as the document whatever its length (what ``payload`` writes for a long
+  record), to see what a document costs.
+
+``--words N``: words of each episode's content (70 by default, ~260 characters: every payload fits in a
+metadata value; 1,200, ~4,500 characters: none of them does).
 
 The same episodes (codec.episode_metadata of real Episode objects, ~70-word contents) are written
 into N partitions of 20 records, ``--batch`` partitions at a time, each batch also upserted into one
@@ -46,7 +53,7 @@ from chromadb.config import Settings as ChromaSettings
 from partition_floor import stop_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.record_formats import second_format  # noqa: E402
+from helpers.record_formats import second_format, third_format  # noqa: E402
 
 from memory.engine.write_log_index import index_write_log
 from memory.models import BoundaryReason, Episode, GenerationMethod
@@ -56,13 +63,13 @@ DIMENSION = 384
 WORDS = "the a of to and in is it you that he was for on are with as his they be at one have this from".split()
 
 
-def episodes(sessions: int, per_session: int, rng: np.random.Generator) -> list[list[Episode]]:
+def episodes(sessions: int, per_session: int, rng: np.random.Generator, words: int = 70) -> list[list[Episode]]:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     return [
         [
             Episode(
                 title=" ".join(rng.choice(WORDS, 6)),
-                content=" ".join(rng.choice(WORDS, 70)),
+                content=" ".join(rng.choice(WORDS, words)),
                 timestamp=start + timedelta(days=s, minutes=i),
                 group_id="group",
                 session_id=f"session-{s}",
@@ -77,7 +84,7 @@ def episodes(sessions: int, per_session: int, rng: np.random.Generator) -> list[
     ]
 
 
-FORMATS = ("document", "keys", "body")
+FORMATS = ("document", "keys", "body", "payload", "documents")
 
 
 def columns(fmt: str, session: list[Episode]) -> dict[str, Any]:
@@ -88,6 +95,15 @@ def columns(fmt: str, session: list[Episode]) -> dict[str, Any]:
         return {"ids": ids, "documents": texts, "metadatas": metadatas}
     if fmt == "keys":
         return {"ids": ids, "metadatas": [second_format(t, m) for t, m in zip(texts, metadatas, strict=True)]}
+    if fmt == "body":
+        return {"ids": ids, "metadatas": [third_format(t, m) for t, m in zip(texts, metadatas, strict=True)]}
+    if fmt == "documents":
+        bodies = [third_format(t, m) for t, m in zip(texts, metadatas, strict=True)]
+        return {
+            "ids": ids,
+            "documents": [b.pop(codec.BODY_KEY) for b in bodies],
+            "metadatas": [b or None for b in bodies],
+        }
     return codec.written(ids, texts, metadatas)
 
 
@@ -191,6 +207,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--words", type=int, default=70, help="words of each episode's content")
     parser.add_argument("--quick", action="store_true", help="a short form (96 partitions, one repeat)")
     parser.add_argument("--grown", type=Path, help="a scratch copy of a grown data folder (partitions.py --data-dir)")
     parser.add_argument("--rounds", type=int, default=16, help="with --grown: rounds of --batch partitions per format")
@@ -198,7 +215,7 @@ def main() -> None:
     if args.quick:
         args.sessions, args.repeats = 96, 1
     rng = np.random.default_rng(1)
-    data = episodes(args.sessions, args.episodes, rng)
+    data = episodes(args.sessions, args.episodes, rng, args.words)
     vectors = []
     for _ in data:
         v = rng.standard_normal((args.episodes, DIMENSION)).astype(np.float32)
@@ -211,7 +228,10 @@ def main() -> None:
         for fmt in figures:
             figures[fmt].append(run(fmt, data, vectors, args.batch))
     records = args.sessions * args.episodes
-    print(f"{args.sessions} partitions x {args.episodes} records, batches of {args.batch}, {args.repeats} repeats")
+    print(
+        f"{args.sessions} partitions x {args.episodes} records of {args.words} words, batches of {args.batch}, "
+        f"{args.repeats} repeats"
+    )
     medians = {}
     for fmt, runs in figures.items():
         write = statistics.median(w for w, _ in runs)
@@ -219,7 +239,7 @@ def main() -> None:
         medians[fmt] = (write, read)
         print(f"{fmt:>8}: write CPU per partition (ms) {write:.1f}; read all {records} records back (s) {read:.2f}")
     (bw, br) = medians["body"]
-    for fmt in ("document", "keys"):
+    for fmt in ("document", "keys", "payload", "documents"):
         print(f"ratio {fmt} / body: write {medians[fmt][0] / bw:.2f}, read {medians[fmt][1] / br:.2f}")
     sys.stdout.flush()
 

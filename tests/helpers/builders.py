@@ -52,13 +52,12 @@ def turns(
     prefix: str = "m",
     start: datetime = T0,
     gap: timedelta = MINUTE,
-    speaker: str = "producer_id",
     **fields: Any,
 ) -> list[dict[str, Any]]:
-    """Scripted ``(speaker, text)`` lines as messages ``{prefix}0``, ``{prefix}1``, … one ``gap`` apart; the
-    speaker under the key ``speaker`` (``"speaker"`` where a tool's input names it so)."""
+    """Scripted ``(speaker, text)`` lines as messages ``{prefix}0``, ``{prefix}1``, … one ``gap`` apart, each
+    speaker its ``producer_id``."""
     return [
-        {"id": f"{prefix}{i}", "content": text, speaker: who, "timestamp": (start + gap * i).isoformat()} | fields
+        {"id": f"{prefix}{i}", "content": text, "producer_id": who, "timestamp": (start + gap * i).isoformat()} | fields
         for i, (who, text) in enumerate(lines)
     ]
 

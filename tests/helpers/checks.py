@@ -147,3 +147,8 @@ def answers(service: Epimem, group_id: str, queries: Sequence[str]) -> list[Any]
         hits = service.search(group_id, query, k=5)
         found.append((context.text, context.citations, [(h.episode.uuid, round(h.score, 9)) for h in hits]))
     return found
+
+
+def formed(page: Any) -> list[Any]:
+    """The episodes of a timeline page that are formed: not a session's open episode (its pending messages)."""
+    return [episode for episode in page.episodes if episode.uuid not in page.pending]

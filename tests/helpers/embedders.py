@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,3 +41,23 @@ class ProjectedEmbedder:
 
     def count_tokens(self, text: str) -> int:
         return int(self._inner.count_tokens(text))
+
+
+class GatedEmbedder:
+    """The real model, but a batch holding ``marker`` waits until the test lets it go (``release``), after
+    telling it so (``reached``): a test can hold a write path at a known point and act meanwhile."""
+
+    def __init__(self, inner: Any, marker: str) -> None:
+        self._inner = inner
+        self.marker = marker
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if not self.release.is_set() and any(self.marker in text for text in texts):
+            self.reached.set()
+            assert self.release.wait(600), "the test never released the gated batch"
+        return self._inner.embed_batch(texts)

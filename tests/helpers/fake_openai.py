@@ -26,10 +26,16 @@ from typing import Any
 _LINE = re.compile(r"^(?:\d+\. )?\[[^\]]+\] ([^:(]+?)(?: \(to [^)]*\))?: (.*)$")
 
 
+# The longest a held reply waits for its release: a test that forgets to release it still ends.
+HOLD_LIMIT_S = 600.0
+
+
 @dataclass
 class Reply:
     """One HTTP answer. ``content`` is the assistant message (a dict is sent as JSON text);
-    ``body`` replaces the whole response body; ``delay`` is slept before answering."""
+    ``body`` replaces the whole response body; ``delay`` is slept before answering. ``arrived`` is set when
+    the request is received and ``hold`` waited for before answering: a test sees that a call is in flight and
+    decides when it ends, whatever the machine's speed."""
 
     status: int = 200
     content: str | dict[str, Any] | None = None
@@ -37,6 +43,8 @@ class Reply:
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     usage: tuple[int, int] = (120, 40)
+    arrived: threading.Event | None = None
+    hold: threading.Event | None = None
 
 
 def prompt_text(request: dict[str, Any]) -> str:
@@ -152,6 +160,10 @@ class FakeOpenAI:
                     return
                 reply = fake._next_reply(request)
                 try:
+                    if reply.arrived is not None:
+                        reply.arrived.set()
+                    if reply.hold is not None:
+                        reply.hold.wait(HOLD_LIMIT_S)
                     if reply.delay:
                         time.sleep(reply.delay)
                     self._send(reply.status, self._body(reply, request), reply.headers)

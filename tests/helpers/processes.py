@@ -9,7 +9,16 @@ from pathlib import Path
 from helpers.paths import BIN, ROOT
 
 # What would point a child at another folder, key file or Chroma server than the test chose.
-OUTSIDE = ("EPIMEM_API_KEYS_FILE", "EPIMEM_CHROMA_HOST", "EPIMEM_DATA_DIR")
+OUTSIDE = (
+    "EPIMEM_API_KEYS_FILE",
+    "EPIMEM_CHROMA_HOST",
+    "EPIMEM_CHROMA_TENANT",
+    "EPIMEM_CHROMA_DATABASE",
+    "EPIMEM_CHROMA_TOKEN",
+    "EPIMEM_DATA_DIR",
+    "EPIMEM_URL",
+    "EPIMEM_API_KEY",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

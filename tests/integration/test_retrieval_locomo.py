@@ -64,17 +64,18 @@ def test_locomo_short(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> 
     assert "| epimem |" in table
 
 
-REALTALK = locomo.LOCOMO.parent / "realtalk-dev"
-
-
 @pytest.mark.slow
 def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
     """tests/benchmarks/recall.py --quick --mode both: both datasets through the service, flushed and as a chat app
     (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed; REALTALK's short
     form holds one chat of each circle of friends (chats 1-4, chats 5-7), each circle with its own table,
     and LoCoMo's adversarial questions (category 5) have their column."""
-    if not locomo.LOCOMO.exists() or not REALTALK.is_dir():
-        pytest.skip(f"benchmark data not found next to the checkout ({locomo.LOCOMO.parent})")
+    if benchmark_data.is_shipped(locomo.LOCOMO) or benchmark_data.realtalk_folder() is None:
+        pytest.skip(
+            f"needs LoCoMo and REALTALK: a folder holding {benchmark_data.LOCOMO_NAME} and "
+            f"{benchmark_data.REALTALK_NAME}/, named by {benchmark_data.ENV} or at ../shared/data beside the checkout "
+            f"(the data found: {locomo.LOCOMO})"
+        )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", benchmark_data.ENV: str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
     command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--mode", "both"]
     command += ["--data-dir", str(tmp_path / "data")]

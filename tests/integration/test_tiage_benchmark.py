@@ -26,7 +26,10 @@ def figure(output: str, row: str, name: str) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (TIAGE / "anno_dev.json").is_file(), reason=f"no TIAGE data at {TIAGE}")
+@pytest.mark.skipif(
+    not (TIAGE / "anno_dev.json").is_file(),
+    reason=f"no {TIAGE / 'anno_dev.json'}: set EPIMEM_TIAGE, or EPIMEM_BENCHMARK_DATA to a folder holding tiage/",
+)
 def test_tiage_short_form_reports_the_scorer_beside_the_references() -> None:
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / "tiage.py"), "--quick"],

@@ -92,16 +92,19 @@ def test_lease_is_exclusive_between_servers(service: Epimem, group_id: str) -> N
 
 
 def test_expired_lease_is_taken_over_and_the_stalled_holder_cannot_write(service: Epimem, group_id: str) -> None:
-    stalled = LeaseCoordinator(service.memory.store.log, node_id="stalled", ttl_s=0.6, wait_s=5)
+    # The servers' shared clock, moved by the test: the lease expires when the test says, however slow the machine.
+    now = [time.time()]
+    log = service.memory.store.log
+    stalled = LeaseCoordinator(log, node_id="stalled", ttl_s=60, wait_s=5, clock=lambda: now[0])
     stalled.close()  # no renewals: as if the process froze
-    other = LeaseCoordinator(service.memory.store.log, node_id="other", ttl_s=10, wait_s=0.3)
+    other = LeaseCoordinator(log, node_id="other", ttl_s=60, wait_s=0.3, clock=lambda: now[0])
     with stalled.hold([(group_id, "s")]):
         with pytest.raises(SessionBusyError) as busy:
             with other.hold([(group_id, "s")]):
                 pass
         assert busy.value.status_code == 503 and busy.value.retry_after >= 1
-        time.sleep(0.8)  # past the stalled holder's expiry
-        other_long = LeaseCoordinator(service.memory.store.log, node_id="other", ttl_s=10, wait_s=5)
+        now[0] += 61  # past the stalled holder's expiry
+        other_long = LeaseCoordinator(log, node_id="other", ttl_s=60, wait_s=5, clock=lambda: now[0])
         with other_long.hold([(group_id, "s")]):
             with pytest.raises(LeaseLostError):
                 stalled.verify([(group_id, "s")])
@@ -193,7 +196,7 @@ class _BlockedGenerator(OfflineEpisodeGenerator):
 
     def generate(self, segment: Segment, *, group_id: str, session_id: str, episode_id: str) -> Episode:
         self.started.set()
-        assert self.release.wait(60)
+        assert self.release.wait(600)  # far longer than the test waits for the add: an add it held would show
         return super().generate(segment, group_id=group_id, session_id=session_id, episode_id=episode_id)
 
 
@@ -206,13 +209,16 @@ def test_a_slow_formation_does_not_delay_adds(make_service: Callable[..., Epimem
     flush.start()
     try:
         assert generator.started.wait(60), "the formation should be generating (holding the session)"
-        started = time.perf_counter()
-        receipt = service.add_messages(group_id, "s", [message(i) for i in range(3, 6)])
-        assert time.perf_counter() - started < 5
+        receipts: list[Any] = []
+        later = [message(i) for i in range(3, 6)]
+        adder = threading.Thread(target=lambda: receipts.append(service.add_messages(group_id, "s", later)))
+        adder.start()
+        adder.join(300)  # bounded by the add's own work: the formation it would wait for is held until after
+        assert not adder.is_alive(), "the add waited for the formation"
     finally:
         generator.release.set()
         flush.join(60)
-    assert receipt.accepted == [message(i)["id"] for i in range(3, 6)]
+    assert receipts[0].accepted == [message(i)["id"] for i in range(3, 6)]
 
 
 # -- processes ---------------------------------------------------------------------------------------------

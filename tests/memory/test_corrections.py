@@ -118,8 +118,8 @@ def test_bad_corrections_are_refused(service: Epimem, group_id: str) -> None:
 
 def test_re_forming_keeps_corrections(service: Epimem, group_id: str) -> None:
     """Sources unchanged (another episode forms in the session): the correction stays the episode. A
-    source message deleted: the episode is made again, the correction stays in its history, superseded,
-    and the generated revision loses its text (it was made from the deleted message)."""
+    source message deleted: the episode is made again and every earlier revision loses its text, the
+    correction too (marked superseded: it could quote the deleted message); who changed what stays."""
     episode_id = _seed(service, group_id)
     generated = service.get_episode(group_id, "trip", episode_id)
     service.correct_episode(group_id, "trip", episode_id, title="Cabin trip (checked)", reason="title")
@@ -138,7 +138,8 @@ def test_re_forming_keeps_corrections(service: Epimem, group_id: str) -> None:
         and revisions[0].content == ""
         and generated.content not in json.dumps([r.model_dump(mode="json") for r in revisions])
     )
-    assert revisions[1].superseded and not revisions[1].erased and revisions[1].title == "Cabin trip (checked)"
+    assert revisions[1].superseded and revisions[1].erased and (revisions[1].title, revisions[1].reason) == ("", None)
+    assert (revisions[1].kind, revisions[1].changed_by) == ("correction", "local")
     assert revisions[2].title == reformed.title and revisions[2].reason == "source message m1 deleted"
     assert revisions[2].changed_by == "epimem"
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from helpers.builders import REFERENCE, T0, chat, two_episode_session
-from helpers.checks import cached_keyword_text, every_client, kept_keyword_indexes, scan_client
+from helpers.checks import cached_keyword_text, every_client, formed, kept_keyword_indexes, scan_client
 
 from api.facade import Epimem
 from memory.errors import NotFoundError
@@ -122,7 +122,7 @@ def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_
     two_episode_session(service, group_id, "s2", day=3, marker=marker_s2)
     service.add_messages(group_id, "s1", chat("s1-pending", 1, start=T0 + timedelta(days=2)))
     (summary,) = _summarise(service, group_id)
-    s1_episodes = [e.uuid for e in service.timeline(group_id, session_id="s1").episodes]
+    s1_episodes = [e.uuid for e in formed(service.timeline(group_id, session_id="s1"))]
     service.search(group_id, "hiking", k=5)
     s1_partition = partition_name(group_id, "s1")
     assert s1_partition in service.memory.store.connection.cached()

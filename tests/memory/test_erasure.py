@@ -130,8 +130,8 @@ def test_deletes_leave_no_byte_in_the_data_folder(make_embedded: Callable[[], Ep
 
 def test_records_written_again_unchanged_are_not_residue(make_embedded: Callable[[], Epimem], tmp_path: Path) -> None:
     """A message's vector record is written when it is added and again when its episode forms, each write with
-    the time it was made (codec.BODY_KEY): nothing of it was deleted or changed, so neither the partition nor
-    the group index needs a rebuild (the log's session record does change: its counts)."""
+    the time it was made (its document begins with it): nothing of it was deleted or changed, so neither the
+    partition nor the group index needs a rebuild (the log's session record does change: its counts)."""
     service = make_embedded()
     group = f"g-{uuid.uuid4().hex[:8]}"
     service.add_messages(group, "s", chat("a", 4, start=T0))
@@ -184,6 +184,36 @@ def test_redaction_leaves_no_byte_in_the_data_folder(make_embedded: Callable[[],
         datetime.fromisoformat(lines[0]["timestamp"]),
     )
     assert all(secret not in h.episode.content for h in again.search(group, secret, k=20))
+
+
+def test_a_deleted_message_leaves_no_byte_in_the_corrections_that_quoted_it(
+    make_embedded: Callable[[], Epimem], tmp_path: Path
+) -> None:
+    """A correction that quoted a message is erased with the message: after the message is deleted, no file
+    holds its text, neither the correction's revision nor the summary rebuilt from the episode; who corrected
+    what and when stays in the history."""
+    service = make_embedded()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    said, quoted = _marker("said"), _marker("quote")
+    two_episode_session(service, group, "keep", day=0)
+    lines = chat("q", 3, start=T0 + timedelta(days=3), marker=said)
+    service.add_messages(group, "quoted", lines)
+    (episode,) = service.flush(group, "quoted")
+    service.correct_episode(group, "quoted", episode.uuid, content=f"They said {said}, that is {quoted}.")
+    service.generate_summaries(group, days_back=60, max_memories_per_summary=10, reference_time=T0 + timedelta(days=30))
+    data_dir = tmp_path / "data"
+    assert {n for _, n in scan_folder(data_dir, [said, quoted])} == {said, quoted}
+
+    service.delete_message(group, "quoted", "q-0")
+    revisions = service.episode_revisions(group, "quoted", episode.uuid)
+    assert [(r.kind, r.erased, r.changed_by) for r in revisions] == [
+        ("generated", True, "epimem"),
+        ("correction", True, "local"),
+        ("reformed", False, "epimem"),
+    ]
+    service.close()
+    _stop_engine(data_dir)
+    assert scan_folder(data_dir, [said, quoted]) == []
 
 
 def _fill_server_folder(port: int, marker: str, keep: str) -> None:

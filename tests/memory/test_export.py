@@ -120,4 +120,5 @@ def test_bad_files_are_refused_before_anything_is_written(service: Epimem, group
     with pytest.raises(ConflictError):
         service.import_group(lines, group_id=target)
     assert [m.id for m in service.history(target, "s1")] == ["s1-a-0"]
-    assert service.timeline(target).episodes == []
+    page = service.timeline(target)  # the one pending message, as its session's open episode: nothing else
+    assert [e.source_message_ids for e in page.episodes] == [("s1-a-0",)] and page.pending == [page.episodes[0].uuid]

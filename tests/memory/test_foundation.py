@@ -8,6 +8,7 @@ from functools import partial
 
 import pytest
 from helpers import builders
+from helpers.checks import formed as formed_episodes
 
 from api.facade import Epimem
 from memory.errors import ConflictError, NotFoundError
@@ -162,6 +163,6 @@ def test_threshold_forms_episodes_in_the_background(make_service, group_id: str)
     service = make_service(background=True, auto_flush_pending=6, episode_max_messages=4)
     service.add_messages(group_id, "s1", conversation(8, start=datetime.now(UTC) - timedelta(minutes=10)))
     assert service.wait_idle(timeout=60)
-    formed = service.timeline(group_id).episodes
+    formed = formed_episodes(service.timeline(group_id))
     assert formed, "the threshold should have formed the closed segments"
     assert sum(e.message_count for e in formed) < 8 or service.pending_messages(group_id, "s1") == 0

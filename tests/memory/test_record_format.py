@@ -1,7 +1,8 @@
 """Records written in an earlier format read the same as those memory.store.codec writes now, and rewriting
 one leaves none of its old text behind: the first format (text as Chroma's document, every metadata key on
-its own) and the second (the text under TEXT_KEY, the packed keys under PACKED_KEY). What is written now
-(BODY_KEY) begins with the time of the write."""
+its own), the second (the text under TEXT_KEY, the packed keys under PACKED_KEY) and the third (the stamped
+payload in one metadata value, BODY_KEY, whatever its length). What is written now begins with the time of the
+write: under BODY_KEY when it fits in one metadata value, else as the document (tests/memory/test_long_records.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from helpers.builders import T0, chat, messages, two_episode_session
 from helpers.checks import every_client, scan_client
-from helpers.record_formats import second_format
+from helpers.record_formats import second_format, third_format
 
 from api.facade import Epimem
 from memory.models import GroupConfiguration
@@ -24,13 +25,15 @@ from memory.store import codec
 PAGE = 500
 
 
-FORMATS = ("document", "keys")  # the first format, the second
+FORMATS = ("document", "keys", "body")  # the first format, the second, the third
 
 
 def _old_record(text: str, metadata: dict[str, Any], layout: str) -> tuple[str | None, dict[str, Any]]:
     """A record's document and metadata as the format ``layout`` wrote them."""
     if layout == "document":
         return text, metadata or {"kind": "unknown"}
+    if layout == "body":
+        return None, third_format(text, metadata)
     return None, second_format(text, metadata)
 
 
@@ -63,7 +66,7 @@ def _to_old_format(service: Epimem, group_id: str, layout: str) -> int:
                     metadatas=[metadata],
                 )
             written = collection.get(ids=ids)["metadatas"] or []
-            assert all(codec.BODY_KEY not in m for m in written)
+            assert all((codec.BODY_KEY in m) == (layout == "body") for m in written)
             assert all((codec.TEXT_KEY in m) == (layout == "keys") for m in written)
             rewritten += len(ids)
     return rewritten
@@ -153,8 +156,28 @@ def test_what_is_written_sorts_in_the_order_of_the_writes(make_service: Callable
     log = service.memory.store.connection.client_for(codec.log_name(group_id)).get_collection(
         codec.log_name(group_id), embedding_function=None
     )
-    found = log.get(ids=[codec.message_record_id("order", f"o-{n}") for n in range(3)], include=["metadatas"])
-    bodies = [str(m[codec.BODY_KEY]) for m in found["metadatas"] or []]
+    ids = [codec.message_record_id("order", f"o-{n}") for n in range(3)]
+    found = log.get(ids=ids, include=["documents", "metadatas"])
+    order = [found["ids"].index(i) for i in ids]
+    bodies = [str((found["metadatas"] or [])[i][codec.BODY_KEY]) for i in order]
     assert len(bodies) == 3 and bodies == sorted(bodies)
-    assert [codec.read_back(None, m)[0] for m in found["metadatas"] or []] == texts
+    assert [(found["documents"] or [])[i] for i in order] == [None] * 3  # short: no document
+    assert [codec.read_back(None, (found["metadatas"] or [])[i])[0] for i in order] == texts
     assert [m.content for m in service.history(group_id, "order")] == texts
+
+
+def test_the_later_of_a_body_and_a_document_is_the_record() -> None:
+    """A record written in one layout and again in the other (its text grew past a metadata value, or shrank
+    under it) keeps what the first write left where an upsert merges: the later stamp is the record's text."""
+    short = codec.written(["r"], ["short text"], [{"kind": "episode", "title": "t"}])
+    long_text = "word " * 2000
+    longer = codec.written(["r"], [long_text], [{"kind": "episode", "title": "t"}])
+    (body,) = short["metadatas"]
+    (document,) = longer["documents"]
+    assert short["documents"] == [None] and longer["metadatas"] == [{"kind": "episode"}]
+    assert document[:16] > body["body"][:16]  # written after
+    assert codec.read_back(document, body)[0] == long_text
+    again = codec.written(["r"], ["short again"], [{"kind": "episode", "title": "t"}])
+    (newer,) = again["metadatas"]
+    assert codec.read_back(document, newer) == ("short again", {"kind": "episode", "title": "t"})
+    assert codec.read_back(document, {"kind": "episode"}) == (long_text, {"kind": "episode", "title": "t"})

@@ -4,6 +4,7 @@ server speaking the OpenAI API). Whatever happens, no message is ever dropped or
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -90,9 +91,16 @@ def llm_server() -> Iterator[FakeOpenAI]:
         yield server
 
 
-def llm_segmenter(server: FakeOpenAI, *, window: int = 40, policy: SegmentationPolicy = POLICY) -> LLMSegmenter:
-    client = LLMClient(model="seg", base_url=server.url, api_key="test", timeout_s=1, max_retries=0, backoff_s=0)
+def llm_segmenter(
+    server: FakeOpenAI, *, window: int = 40, policy: SegmentationPolicy = POLICY, timeout_s: float = 60
+) -> LLMSegmenter:
+    client = LLMClient(
+        model="seg", base_url=server.url, api_key="test", timeout_s=timeout_s, max_retries=0, backoff_s=0
+    )
     return LLMSegmenter(client, policy=policy, window=window)
+
+
+NEVER = threading.Event()  # a reply held on it is never sent
 
 
 def answer(*groups: list[int]) -> Reply:
@@ -160,7 +168,7 @@ def test_an_oversized_llm_segment_is_capped_at_the_maximum(llm_server: FakeOpenA
         (Reply(content={"segments": "all of them"}), "schema"),
         (Reply(content="[1, 2, 3"), "invalid_json"),
         (Reply(status=500), "status_500"),
-        (Reply(delay=1.5), "timeout"),
+        (Reply(hold=NEVER), "timeout"),  # never answered: the client's timeout ends it
     ],
     ids=["gap", "overlap", "interleaved", "out-of-range", "not-numbers", "not-a-list", "invalid-json", "500", "slow"],
 )
@@ -169,7 +177,7 @@ def test_an_invalid_or_failed_llm_answer_falls_back_to_the_heuristic(
 ) -> None:
     llm_server.script(reply)
     messages = messages_at([0, 1, 2, 3, 4, 5])
-    segmenter = llm_segmenter(llm_server)
+    segmenter = llm_segmenter(llm_server, timeout_s=0.5 if reply.hold is NEVER else 60)
     segments = segmenter.segment(messages)
     assert [s.message_ids for s in segments] == [s.message_ids for s in HeuristicSegmenter(POLICY).segment(messages)]
     stats = segmenter.stats()

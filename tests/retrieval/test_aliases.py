@@ -215,7 +215,7 @@ def test_realtalk_reader_rejects_an_unreadable_file(tmp_path: Path) -> None:
 
 
 def test_the_documented_metadata_example_names_the_speaker() -> None:
-    block = blocks(__file__, "json", DOCS / "benchmarks-recall.md")[0]
+    block = blocks(__file__, "json", DOCS / "retrieval.md")[0]
     body = json.loads(block)
     assert configured_names([body["metadata"]]) == {"emi": {"kate", "katie"}}
     assert GroupConfigurationIn.model_validate(body).metadata == body["metadata"]  # PUT /groups/{group}'s body

@@ -65,3 +65,69 @@ def test_bad_cursor_is_a_clear_error(service: Epimem, group_id: str) -> None:
     add_episode(service, group_id, "a", 0, T0)
     with pytest.raises(InvalidInputError, match="cursor"):
         service.timeline(group_id, cursor="not-a-cursor")
+
+
+def say(service: Epimem, group_id: str, session: str, number: int, when: datetime) -> None:
+    """One message, not flushed: pending until its session's segment closes."""
+    text = f"Pending note {number} about the lake."
+    service.add_messages(group_id, session, [{"id": f"{session}-{number}", "content": text, "timestamp": when}])
+
+
+def test_what_was_just_said_is_on_the_timeline_marked_pending(service: Epimem, group_id: str) -> None:
+    add_episode(service, group_id, "done", 0, T0)
+    say(service, group_id, "live", 1, T0 + timedelta(hours=1))
+    say(service, group_id, "live", 2, T0 + timedelta(hours=1, minutes=5))
+    page = service.timeline(group_id)
+    assert [e.session_id for e in page.episodes] == ["done", "live"]
+    opened = page.episodes[1]
+    assert page.pending == [opened.uuid] and opened.boundary_reason.value == "open"
+    assert opened.source_message_ids == ("live-1", "live-2") and "Pending note 2" in opened.content
+    assert opened.timestamp == T0 + timedelta(hours=1)  # at its first message
+    # Search sees the same open episode, under the same id.
+    hits = service.search(group_id, "pending note about the lake")
+    assert any(hit.pending and hit.episode.uuid == opened.uuid for hit in hits)
+    # Scope and window hold it as they hold any episode.
+    assert service.timeline(group_id, session_id="live").pending == [opened.uuid]
+    assert service.timeline(group_id, session_id="done").pending == []
+    assert service.timeline(group_id, end=T0 + timedelta(minutes=30)).pending == []
+    assert [e.uuid for e in service.timeline(group_id, order="desc").episodes][0] == opened.uuid
+    # Once formed, the episode takes its place and nothing is pending.
+    service.flush(group_id, "live")
+    formed = service.timeline(group_id)
+    assert formed.pending == [] and [e.session_id for e in formed.episodes] == ["done", "live"]
+    assert formed.episodes[1].source_message_ids == ("live-1", "live-2")
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_paging_stays_stable_when_a_pending_episode_forms_between_pages(
+    service: Epimem, group_id: str, order: str
+) -> None:
+    # Formed episodes at 0, 1, 3 and 4 hours; the session "live" is pending from 2 hours on.
+    for n, hours in enumerate((0, 1, 3, 4)):
+        add_episode(service, group_id, "s", n, T0 + timedelta(hours=hours))
+    say(service, group_id, "live", 1, T0 + timedelta(hours=2))
+    say(service, group_id, "live", 2, T0 + timedelta(hours=2, minutes=5))
+    everything = service.timeline(group_id, order=order).episodes
+    position = [e.session_id for e in everything].index("live")
+    # The open episode is the last item of the first page, or the first of the next one.
+    for limit in (position + 1, position):
+        service.delete_session(group_id, "live")
+        say(service, group_id, "live", 1, T0 + timedelta(hours=2))
+        say(service, group_id, "live", 2, T0 + timedelta(hours=2, minutes=5))
+        first = service.timeline(group_id, limit=limit, order=order)
+        shown_pending = bool(first.pending)
+        assert shown_pending == (limit == position + 1)
+        service.flush(group_id, "live")  # the pending messages form an episode between two pages
+        rest: list[str] = []
+        cursor = first.next_cursor
+        while cursor is not None:
+            page = service.timeline(group_id, limit=2, cursor=cursor, order=order)
+            rest += [e.uuid for e in page.episodes]
+            cursor = page.next_cursor
+        seen = [e.uuid for e in first.episodes] + rest
+        assert len(seen) == len(set(seen))  # nothing repeated
+        formed = [e.uuid for e in service.timeline(group_id, session_id="live").episodes]
+        originals = [e.uuid for e in everything if e.session_id == "s"]
+        assert [u for u in seen if u in set(originals)] == originals  # nothing skipped
+        # What was said is shown once: as the open episode before the cursor passed it, else as its episode.
+        assert (set(formed) & set(rest)) == (set() if shown_pending else set(formed))

@@ -54,7 +54,8 @@
       h("p", { class: "muted" }, session ? `Session ${session} of ${group}` : `Every session of ${group}`));
     if (!hist.total) {
       ctx.render("Timeline", heading, form, emptyState(time || params.get("start") ? "No episodes in this window."
-        : "No episodes yet.", time ? "Try a wider time filter, or clear it." : "Episodes form from messages; flush a session to form them now."));
+        : "Nothing said yet.", time ? "Try a wider time filter, or clear it."
+        : "Messages added to a session show here as soon as they are stored."));
       return;
     }
     const lanes = session ? [session] : data.sessions.map((item) => item.session.session_id).filter((id) => hist.sessions.includes(id));
@@ -78,12 +79,15 @@
       const page = await api.get(g(group) + "/timeline", {
         session_id: session, start: hist.start, end: hist.end, limit: TIMELINE_PAGE, cursor });
       cursor = page.next_cursor;
+      const pending = new Set(page.pending || []);
       loaded.push(...page.episodes);
-      list.append(...page.episodes.map((episode) => h("li", {},
+      list.append(...page.episodes.map((episode) => h("li", { class: pending.has(episode.uuid) ? "pending" : null },
         h("span", { class: "swatch", style: `background:${colourOf(lanes.indexOf(episode.session_id))}`, "aria-hidden": "true" }),
         h("time", { datetime: episode.timestamp }, fmtTime(episode.timestamp)),
         h("a", { href: episodeHref(ctx, group, episode) }, episode.title),
-        h("span", { class: "sub" }, `${episode.session_id} · ${plural(episode.message_count, "message")} · ${episode.generation}`))));
+        pending.has(episode.uuid) ? h("span", { class: "badge" }, "pending") : null,
+        h("span", { class: "sub" }, `${episode.session_id} · ${plural(episode.message_count, "message")} · `
+          + (pending.has(episode.uuid) ? "not in an episode yet" : episode.generation)))));
       count.textContent = `Showing ${loaded.length} of ${hist.total} episodes in this window.`;
       more.hidden = !cursor;
       more.disabled = false;

@@ -12,6 +12,7 @@ from epimem_client.errors import (
     PayloadTooLargeError,
     ServerUnreachableError,
     StoreUnavailableError,
+    TooManyRequestsError,
     UnauthorizedError,
 )
 from epimem_client.models import (
@@ -23,6 +24,7 @@ from epimem_client.models import (
     DeletionReceipt,
     Episode,
     GroupConfiguration,
+    GroupStats,
     ImportReceipt,
     Message,
     RedactionReceipt,
@@ -47,6 +49,7 @@ __all__ = [
     "Episode",
     "ForbiddenError",
     "GroupConfiguration",
+    "GroupStats",
     "ImportReceipt",
     "InvalidInputError",
     "Message",
@@ -60,5 +63,6 @@ __all__ = [
     "SessionInfo",
     "StoreUnavailableError",
     "TimelinePage",
+    "TooManyRequestsError",
     "UnauthorizedError",
 ]

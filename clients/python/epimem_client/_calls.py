@@ -26,6 +26,8 @@ from epimem_client.models import (
     EpisodeOut,
     EpisodesOut,
     GroupConfiguration,
+    GroupsOut,
+    GroupStats,
     HistoryOut,
     ImportReceipt,
     Message,
@@ -64,6 +66,7 @@ _BY_STATUS: dict[int, type[errors.EpimemError]] = {
     409: errors.ConflictError,
     413: errors.PayloadTooLargeError,
     422: errors.InvalidInputError,
+    429: errors.TooManyRequestsError,
     503: errors.StoreUnavailableError,
 }
 
@@ -77,7 +80,7 @@ def error_from_response(response: httpx.Response) -> errors.EpimemError:
     except (ValueError, KeyError, TypeError):
         code, message, details = "", f"HTTP {response.status_code}: {response.text[:200]}", None
     cls = _error_classes().get(code) or _BY_STATUS.get(response.status_code, errors.EpimemError)
-    if issubclass(cls, errors.StoreUnavailableError):
+    if issubclass(cls, errors.StoreUnavailableError | errors.TooManyRequestsError):
         retry = response.headers.get("retry-after", "5")
         return cls(message, retry_after=int(retry) if retry.isdigit() else 5, details=details)
     return cls(message, details=details)
@@ -310,3 +313,13 @@ class Calls:
         """Streamed: the clients read the lines themselves."""
         params = {"include_embeddings": str(include_embeddings).lower()}
         return Call("GET", group_path(group_id) + "/export", lambda _response: None, params=params)
+
+    @staticmethod
+    def groups(offset: int) -> Call[GroupsOut]:
+        """One page of the groups the key can read, with their counts."""
+        return Call("GET", "/v1/groups", _model(GroupsOut), params={"limit": 100, "offset": offset})
+
+    @staticmethod
+    def group_stats(group_id: str) -> Call[GroupStats]:
+        parse = lambda response: GroupStats.model_validate(response.json()["group"])  # noqa: E731
+        return Call("GET", group_path(group_id) + "/overview", parse, params={"limit": 1})

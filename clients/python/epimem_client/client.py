@@ -20,6 +20,7 @@ import httpx
 from pydantic import BaseModel
 
 from epimem_client._calls import Call, Calls, MessageInput, SummaryOptions, error_from_response, unreachable
+from epimem_client.errors import NotFoundError
 from epimem_client.models import (
     AddReceipt,
     AuditPage,
@@ -27,6 +28,7 @@ from epimem_client.models import (
     DeletionReceipt,
     Episode,
     GroupConfiguration,
+    GroupStats,
     ImportReceipt,
     Message,
     RedactionReceipt,
@@ -207,6 +209,30 @@ class EpimemClient(_Client[httpx.Client]):
         except httpx.TransportError:
             return False
 
+    # -- groups, as the command line lists them ----------------------------------------------------
+
+    def list_groups(self) -> list[str]:
+        """The ids of the groups the key can read, sorted."""
+        found: list[str] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = self._do(Calls.groups(offset))
+            found += [group.group_id for group in page.groups]
+            offset = page.next_offset
+        return found
+
+    def group_exists(self, group_id: str) -> bool:
+        """Whether anything names the group (its configuration or a session)."""
+        try:
+            self.get_group(group_id)
+        except NotFoundError:
+            return False
+        return True
+
+    def group_stats(self, group_id: str) -> GroupStats:
+        """What a group holds: sessions, messages, episodes, pending messages, its time span."""
+        return self._do(Calls.group_stats(group_id))
+
 
 class AsyncEpimemClient(_Client[httpx.AsyncClient]):
     """The same operations as coroutines, on ``httpx.AsyncClient``."""
@@ -334,3 +360,24 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient]):
             return (await self._http.get("/readyz")).status_code == 200
         except httpx.TransportError:
             return False
+
+    # -- groups, as the command line lists them ----------------------------------------------------
+
+    async def list_groups(self) -> list[str]:
+        found: list[str] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = await self._do(Calls.groups(offset))
+            found += [group.group_id for group in page.groups]
+            offset = page.next_offset
+        return found
+
+    async def group_exists(self, group_id: str) -> bool:
+        try:
+            await self.get_group(group_id)
+        except NotFoundError:
+            return False
+        return True
+
+    async def group_stats(self, group_id: str) -> GroupStats:
+        return await self._do(Calls.group_stats(group_id))

@@ -68,6 +68,18 @@ class ForbiddenError(EpimemError):
     code = "forbidden"
 
 
+class TooManyRequestsError(EpimemError):
+    """Over a limit of the key or the group (requests per second, messages per day, stored characters):
+    ``details["limit"]`` names it; retry after ``retry_after`` seconds."""
+
+    status_code = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: int = 1, details: Any = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after = retry_after
+
+
 class ServerUnreachableError(EpimemError):
     """Raised by the client only: no epimem answered at its URL (refused, timed out, name not found)."""
 

@@ -85,6 +85,25 @@ class GroupConfiguration(WireModel):
     updated_at: datetime = Field(default_factory=_now)
 
 
+class GroupStats(WireModel):
+    """What a group holds: counts, and the time span of its messages and episodes."""
+
+    group_id: str
+    description: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    sessions: int
+    messages: int
+    episodes: int
+    pending: int = 0  # messages stored and recallable, not in an episode yet
+    first: datetime | None = None
+    last: datetime | None = None
+
+
+class GroupsOut(WireModel):
+    groups: list[GroupStats]
+    next_offset: int | None
+
+
 class ScoreComponents(WireModel):
     vector: float
     keyword: float
@@ -104,6 +123,7 @@ class SearchHit(WireModel):
 class TimelinePage(WireModel):
     episodes: list[Episode]
     next_cursor: str | None
+    pending: list[str] = Field(default_factory=list)  # ids of this page's open episodes (messages not in one yet)
 
 
 class Citation(WireModel):

@@ -18,7 +18,7 @@ export interface paths {
          * Add a batch of messages (idempotent by message id)
          * @description Stores the messages durably before answering. Episodes form off the request path once
          *     enough messages are pending, or on flush. The same id with the same content again is reported as
-         *     a duplicate; the same id with other content is a 409 and nothing of the batch is written.
+         *     a duplicate; the same id with other content is a 409 and nothing of the batch is written (429 too).
          */
         post: operations["add_messages_v1_groups__group_id__sessions__session_id__messages_post"];
         delete?: never;
@@ -248,8 +248,8 @@ export interface paths {
         put?: never;
         /**
          * Import JSON Lines written by export (idempotent)
-         * @description The body streams in (up to `max_import_bytes`, not the smaller cap of other bodies): whatever
-         *     this server's export wrote imports back.
+         * @description Streams in (up to `max_import_bytes`); adds what the group lacks, never changes it (409). A write key
+         *     imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md).
          */
         post: operations["import_group_v1_groups__group_id__import_post"];
         delete?: never;
@@ -314,6 +314,301 @@ export interface paths {
         get: operations["audit_v1_groups__group_id__audit_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Every key, without secrets, with limits and use */
+        get: operations["list_keys_v1_keys_get"];
+        put?: never;
+        /**
+         * Make an API key (its secret is shown this once)
+         * @description Works at once on this server, and on every server of the deployment within `EPIMEM_KEYS_RECHECK_S`.
+         */
+        post: operations["create_key_v1_keys_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One key, without its secret */
+        get: operations["get_key_v1_keys__key_id__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a key (refused at once; kept, listed)
+         * @description Refused at once on this server, on every other within `EPIMEM_KEYS_RECHECK_S`. Revoking twice is a no-op.
+         */
+        delete: operations["revoke_key_v1_keys__key_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new secret for a key; the old one is refused */
+        post: operations["rotate_key_v1_keys__key_id__rotate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/keys/{key_id}/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Replace a key's limits (an empty object: the defaults) */
+        put: operations["put_key_limits_v1_keys__key_id__limits_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Replace a group's limits (an admin of every group; {}: the defaults) */
+        put: operations["put_group_limits_v1_groups__group_id__limits_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A group's limits and use */
+        get: operations["group_usage_v1_groups__group_id__usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Messages added today by every key and group
+         * @description Groups by their ids: the counters know a group by its hash, matched here with the groups that exist.
+         */
+        get: operations["usage_v1_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The group's retention */
+        get: operations["get_retention_v1_groups__group_id__retention_get"];
+        /**
+         * Set the group's retention
+         * @description Messages older than `max_age_days` (by their own timestamps, or by arrival with `"by": "arrival"`)
+         *     are erased by the next sweep, with what was made from them, as a delete erases them.
+         */
+        put: operations["put_group_retention_v1_groups__group_id__retention_put"];
+        post?: never;
+        /** Clear the group's retention */
+        delete: operations["clear_group_retention_v1_groups__group_id__retention_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/sessions/{session_id}/retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a session's own retention
+         * @description It replaces the group's policy for this session.
+         */
+        put: operations["put_session_retention_v1_groups__group_id__sessions__session_id__retention_put"];
+        post?: never;
+        /** Clear a session's own retention */
+        delete: operations["clear_session_retention_v1_groups__group_id__sessions__session_id__retention_delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/groups/{group_id}/retention/sweep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sweep now (or preview with dry_run)
+         * @description Erases what the policies say is too old, now, with the guarantees of a delete (gone from every
+         *     answer; on embedded Chroma, from the data folder before the answer); the receipt lists the ids and
+         *     counts, and the audit trail records the sweep.
+         */
+        post: operations["sweep_v1_groups__group_id__retention_sweep_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Webhook subscriptions */
+        get: operations["list_webhooks_v1_webhooks_get"];
+        put?: never;
+        /**
+         * Subscribe a URL to the change events of groups
+         * @description Every change of the groups' memory is POSTed to `url` as JSON (ids, never content), signed in
+         *     `X-Epimem-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" with secret>`. Loopback and
+         *     private hosts are refused unless `EPIMEM_WEBHOOK_ALLOW_HOSTS` names them. The secret is never shown again.
+         */
+        post: operations["create_webhook_v1_webhooks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{subscription_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Remove a subscription (and its undelivered events) */
+        delete: operations["delete_webhook_v1_webhooks__subscription_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/webhooks/{subscription_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The last delivery attempts of a subscription */
+        get: operations["deliveries_v1_webhooks__subscription_id__deliveries_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/backup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A backup of the whole server (or one group), while it takes writes
+         * @description One file (gzip JSON Lines, checksummed): each group read at one moment, with every change that
+         *     returned before it and none that began after. Restore it with `POST /v1/restore` or `epimem restore`.
+         */
+        get: operations["backup_v1_backup_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Restore a backup into this server (which must hold none of its groups)
+         * @description The body streams to a temporary file (up to `max_import_bytes`), which is checked whole (format,
+         *     version, checksum, embedding model) before anything is written.
+         */
+        post: operations["restore_v1_restore_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -489,10 +784,42 @@ export interface components {
             pending: number;
         };
         /**
+         * AgeBasis
+         * @enum {string}
+         */
+        AgeBasis: "timestamp" | "arrival";
+        /** Attempt */
+        Attempt: {
+            /** At */
+            at: string;
+            /** Event Id */
+            event_id: string;
+            /** Event Type */
+            event_type: string;
+            /** Session Id */
+            session_id: string | null;
+            /** Outcome */
+            outcome: string;
+            /** Status Code */
+            status_code?: number | null;
+            /** Error */
+            error?: string | null;
+            /**
+             * Failures
+             * @default 0
+             */
+            failures?: number;
+            /**
+             * Duration Ms
+             * @default 0
+             */
+            duration_ms?: number;
+        };
+        /**
          * AuditAction
          * @enum {string}
          */
-        AuditAction: "add" | "flush" | "correct" | "redact" | "delete_message" | "delete_episode" | "delete_session" | "import" | "summarise" | "reembed";
+        AuditAction: "add" | "flush" | "correct" | "redact" | "delete_message" | "delete_episode" | "delete_session" | "import" | "summarise" | "reembed" | "retention_sweep";
         /** AuditEntry */
         AuditEntry: {
             /**
@@ -559,6 +886,14 @@ export interface components {
              * @default false
              */
             pending?: boolean;
+        };
+        /** Cleared */
+        Cleared: {
+            /**
+             * Cleared
+             * @description false when there was no policy to clear
+             */
+            cleared: boolean;
         };
         /**
          * ContentType
@@ -673,6 +1008,26 @@ export interface components {
              * @description in-memory caches cleared
              */
             caches?: string[];
+        };
+        /** DeliveryLog */
+        DeliveryLog: {
+            /**
+             * Subscription
+             * @description the subscription (without its secret)
+             */
+            subscription: {
+                [key: string]: unknown;
+            };
+            /**
+             * Pending
+             * @description events waiting for delivery
+             */
+            pending: number;
+            /**
+             * Attempts
+             * @description the last attempts, newest first
+             */
+            attempts: components["schemas"]["Attempt"][];
         };
         /**
          * Direction
@@ -864,6 +1219,29 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /**
+         * GroupLimitsIn
+         * @example {
+         *       "stored_chars": 50000000
+         *     }
+         */
+        GroupLimitsIn: {
+            /**
+             * Requests Per Second
+             * @description per server
+             */
+            requests_per_second?: (number) | null;
+            /**
+             * Messages Per Day
+             * @description messages added per UTC day, every server
+             */
+            messages_per_day?: number | null;
+            /**
+             * Stored Chars
+             * @description characters the group's messages may hold
+             */
+            stored_chars?: number | null;
+        };
         /** GroupOverviewOut */
         GroupOverviewOut: {
             group: components["schemas"]["GroupStats"];
@@ -901,6 +1279,32 @@ export interface components {
             first?: string | null;
             /** Last */
             last?: string | null;
+        };
+        /** GroupUsageOut */
+        GroupUsageOut: {
+            /** Group Id */
+            group_id: string;
+            /**
+             * Limits
+             * @description the group's own limits
+             */
+            limits: {
+                [key: string]: number;
+            };
+            /**
+             * Effective Limits
+             * @description what applies: its own, else the server's defaults
+             */
+            effective_limits: {
+                [key: string]: number;
+            };
+            /**
+             * Usage
+             * @description messages_today (UTC, every server) and stored_chars
+             */
+            usage: {
+                [key: string]: number;
+            };
         };
         /** GroupsOut */
         GroupsOut: {
@@ -1008,6 +1412,183 @@ export interface components {
              * @default 0
              */
             vectors?: number;
+        };
+        /** KeyCreated */
+        KeyCreated: {
+            /**
+             * Id
+             * @description public: names the key in listings, the audit trail of an unnamed file key, URLs
+             */
+            id: string;
+            /** Name */
+            name: string;
+            /** Groups */
+            groups: string[];
+            /** Role */
+            role: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "active" | "expired" | "revoked";
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Expires At */
+            expires_at?: string | null;
+            /** Revoked At */
+            revoked_at?: string | null;
+            /**
+             * Source
+             * @description made over HTTP, or imported from the keys file
+             * @enum {string}
+             */
+            source: "api" | "file";
+            /**
+             * Limits
+             * @description the key's own limits
+             */
+            limits: {
+                [key: string]: number;
+            };
+            /**
+             * Effective Limits
+             * @description what applies: its own, else the server's defaults
+             */
+            effective_limits: {
+                [key: string]: number;
+            };
+            /**
+             * Usage
+             * @description messages_today: added today (UTC), every server
+             */
+            usage?: {
+                [key: string]: number;
+            };
+            /**
+             * Key
+             * @description the secret: shown this once, stored only as a salted hash
+             */
+            key: string;
+        };
+        /**
+         * KeyIn
+         * @example {
+         *       "groups": [
+         *         "team-a"
+         *       ],
+         *       "limits": {
+         *         "requests_per_second": 20
+         *       },
+         *       "name": "support-bot",
+         *       "role": "write"
+         *     }
+         */
+        KeyIn: {
+            /**
+             * Name
+             * @description who the key is: the audit trail and revisions sign its changes with it; unique among live keys
+             */
+            name: string;
+            /**
+             * Groups
+             * @description group ids, or prefixes ending in '*' ('*': every group)
+             */
+            groups: string[];
+            /**
+             * Role
+             * @enum {string}
+             */
+            role: "read" | "write" | "admin";
+            /**
+             * Expires At
+             * @description refused from this time on (ISO; naive = UTC)
+             */
+            expires_at?: string | null;
+            limits?: components["schemas"]["KeyLimitsIn"] | null;
+        };
+        /**
+         * KeyLimitsIn
+         * @example {
+         *       "messages_per_day": 10000
+         *     }
+         */
+        KeyLimitsIn: {
+            /**
+             * Requests Per Second
+             * @description per server
+             */
+            requests_per_second?: (number) | null;
+            /**
+             * Messages Per Day
+             * @description messages added per UTC day, every server
+             */
+            messages_per_day?: number | null;
+        };
+        /** KeyOut */
+        KeyOut: {
+            /**
+             * Id
+             * @description public: names the key in listings, the audit trail of an unnamed file key, URLs
+             */
+            id: string;
+            /** Name */
+            name: string;
+            /** Groups */
+            groups: string[];
+            /** Role */
+            role: string;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "active" | "expired" | "revoked";
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Expires At */
+            expires_at?: string | null;
+            /** Revoked At */
+            revoked_at?: string | null;
+            /**
+             * Source
+             * @description made over HTTP, or imported from the keys file
+             * @enum {string}
+             */
+            source: "api" | "file";
+            /**
+             * Limits
+             * @description the key's own limits
+             */
+            limits: {
+                [key: string]: number;
+            };
+            /**
+             * Effective Limits
+             * @description what applies: its own, else the server's defaults
+             */
+            effective_limits: {
+                [key: string]: number;
+            };
+            /**
+             * Usage
+             * @description messages_today: added today (UTC), every server
+             */
+            usage?: {
+                [key: string]: number;
+            };
+        };
+        /** KeysOut */
+        KeysOut: {
+            /**
+             * Keys
+             * @description oldest first; revoked keys too
+             */
+            keys: components["schemas"]["KeyOut"][];
         };
         /**
          * Message
@@ -1132,6 +1713,106 @@ export interface components {
              * @description in-memory caches cleared
              */
             caches?: string[];
+        };
+        /** RestoreReceipt */
+        RestoreReceipt: {
+            /**
+             * Groups
+             * @description groups restored
+             */
+            groups: string[];
+            /** Collections */
+            collections: number;
+            /** Records */
+            records: number;
+            /** Backup Created At */
+            backup_created_at: string;
+            /**
+             * Sha256
+             * @description the backup's checksum (checked before anything was written)
+             */
+            sha256: string;
+            /**
+             * Inexact Vectors
+             * @description vectors that do not read back exactly as backed up (0 expected)
+             */
+            inexact_vectors: number;
+        };
+        /**
+         * RetentionPolicies
+         * @description A group's retention: its own policy, its sessions' own ones.
+         */
+        RetentionPolicies: {
+            /** Group Id */
+            group_id: string;
+            /** @description the group's policy (None: none) */
+            group: components["schemas"]["StoredPolicy"] | null;
+            /**
+             * Sessions
+             * @description sessions with a policy of their own (it replaces the group's)
+             */
+            sessions: components["schemas"]["StoredPolicy"][];
+        };
+        /** RetentionPolicy */
+        RetentionPolicy: {
+            /**
+             * Max Age Days
+             * @description messages older than this are erased
+             */
+            max_age_days: number;
+            /**
+             * @description age by the messages' timestamps, or by arrival
+             * @default timestamp
+             */
+            by?: components["schemas"]["AgeBasis"];
+        };
+        /**
+         * RetentionReceipt
+         * @description What a sweep erased (or, in a dry run, would erase): ids and counts, never content.
+         */
+        RetentionReceipt: {
+            /** Group Id */
+            group_id: string;
+            /** Dry Run */
+            dry_run: boolean;
+            /**
+             * Swept At
+             * Format: date-time
+             * @description the moment the policies' ages were measured from
+             */
+            swept_at: string;
+            /**
+             * Sessions
+             * @description sessions that lost messages
+             */
+            sessions?: string[];
+            /**
+             * Messages
+             * @description messages erased
+             */
+            messages?: string[];
+            /**
+             * Episodes
+             * @description episodes erased (every source message expired)
+             */
+            episodes?: string[];
+            /**
+             * Summaries
+             * @description summaries erased
+             */
+            summaries?: string[];
+            /**
+             * Repaired
+             * @description episodes and summaries rebuilt from what remains
+             */
+            repaired?: string[];
+            /**
+             * Counts
+             * @description how many of each
+             */
+            counts?: {
+                [key: string]: number;
+            };
         };
         /** Revision */
         Revision: {
@@ -1397,6 +2078,43 @@ export interface components {
              */
             sessions: components["schemas"]["SessionInfo"][];
         };
+        /** StoredPolicy */
+        StoredPolicy: {
+            /**
+             * Max Age Days
+             * @description messages older than this are erased
+             */
+            max_age_days: number;
+            /**
+             * @description age by the messages' timestamps, or by arrival
+             * @default timestamp
+             */
+            by?: components["schemas"]["AgeBasis"];
+            /**
+             * Session Id
+             * @description None: the group's policy
+             */
+            session_id?: string | null;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /** SubscriptionIn */
+        SubscriptionIn: {
+            /** Url */
+            url: string;
+            /**
+             * Secret
+             * @description signs every delivery; at least 16 characters
+             */
+            secret: string;
+            /** Groups */
+            groups: string[];
+            /** Description */
+            description?: string | null;
+        };
         /**
          * SummariesIn
          * @example {
@@ -1432,6 +2150,56 @@ export interface components {
             episodes: components["schemas"]["Episode"][];
             /** Next Cursor */
             next_cursor?: string | null;
+            /**
+             * Pending
+             * @description ids of the episodes of this page that are sessions' open episodes: messages stored and recallable, not in an episode yet (boundary_reason 'open'); each becomes episodes once its session's segment closes
+             */
+            pending?: string[];
+        };
+        /** UsageOut */
+        UsageOut: {
+            /**
+             * Day
+             * @description the UTC day the counts are of
+             */
+            day: string;
+            /**
+             * Rows
+             * @description every key and group that added messages today
+             */
+            rows: components["schemas"]["UsageRow"][];
+        };
+        /** UsageRow */
+        UsageRow: {
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "key" | "group";
+            /** Id */
+            id: string;
+            /** Messages Today */
+            messages_today: number;
+        };
+        /** WebhookOut */
+        WebhookOut: {
+            /** Id */
+            id: string;
+            /** Url */
+            url: string;
+            /** Groups */
+            groups: string[];
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Description */
+            description?: string | null;
+        };
+        /** WebhooksOut */
+        WebhooksOut: {
+            /** Webhooks */
+            webhooks: components["schemas"]["WebhookOut"][];
         };
         /** WhoAmI */
         WhoAmI: {
@@ -1549,6 +2317,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -1643,6 +2420,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1749,6 +2535,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -1839,6 +2634,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1948,6 +2752,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2047,6 +2860,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2134,6 +2956,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2240,6 +3071,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2332,6 +3172,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2447,6 +3296,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2535,6 +3393,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2641,6 +3508,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2729,6 +3605,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2831,6 +3716,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -2921,6 +3815,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3029,6 +3932,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3119,6 +4031,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3225,6 +4146,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3316,6 +4246,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3423,6 +4362,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3506,6 +4454,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3607,6 +4564,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3663,6 +4629,2028 @@ export interface operations {
             };
             /** @description not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_keys_v1_keys_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeysOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_key_v1_keys_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyCreated"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_key_v1_keys__key_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    revoke_key_v1_keys__key_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rotate_key_v1_keys__key_id__rotate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyCreated"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_key_limits_v1_keys__key_id__limits_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description a key's id (`key-` and 12 hex digits) */
+                key_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["KeyLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_group_limits_v1_groups__group_id__limits_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GroupLimitsIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupUsageOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    group_usage_v1_groups__group_id__usage_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GroupUsageOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    usage_v1_usage_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_retention_v1_groups__group_id__retention_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionPolicies"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_group_retention_v1_groups__group_id__retention_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetentionPolicy"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredPolicy"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    clear_group_retention_v1_groups__group_id__retention_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cleared"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    put_session_retention_v1_groups__group_id__sessions__session_id__retention_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RetentionPolicy"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredPolicy"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    clear_session_retention_v1_groups__group_id__sessions__session_id__retention_delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Cleared"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    sweep_v1_groups__group_id__retention_sweep_post: {
+        parameters: {
+            query?: {
+                /** @description list what would be erased, change nothing */
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetentionReceipt"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    list_webhooks_v1_webhooks_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhooksOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    create_webhook_v1_webhooks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubscriptionIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookOut"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    delete_webhook_v1_webhooks__subscription_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description its id */
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    deliveries_v1_webhooks__subscription_id__deliveries_get: {
+        parameters: {
+            query?: {
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description its id */
+                subscription_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryLog"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    backup_v1_backup_get: {
+        parameters: {
+            query?: {
+                /** @description only this group */
+                group?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/gzip": string;
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    restore_v1_restore_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description a backup file as GET /v1/backup wrote it (gzip bytes) */
+        requestBody: {
+            content: {
+                "application/gzip": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RestoreReceipt"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3842,6 +6830,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -3894,6 +6891,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3972,6 +6978,15 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             /** @description the vector store is unavailable; retry after `Retry-After` seconds */
             503: {
                 headers: {
@@ -4037,6 +7052,15 @@ export interface operations {
             };
             /** @description invalid input */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
                 headers: {
                     [name: string]: unknown;
                 };

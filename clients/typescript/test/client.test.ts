@@ -77,6 +77,20 @@ describe("calls", () => {
     assert.deepEqual([...new Set(before.episodes.map((e) => e.session_id))], ["chat-1"]);
   });
 
+  test("the timeline shows what was just said, as its session's open episode", async () => {
+    const live = newGroup("live");
+    await memory.addMessages(live, "chat", [{ id: "p1", content: "We are driving to the lake with Rex." }]);
+    const page = await memory.timeline(live);
+    assert.equal(page.episodes.length, 1);
+    assert.equal(page.episodes[0]!.boundary_reason, "open");
+    assert.deepEqual(page.pending, [page.episodes[0]!.uuid]);
+    await memory.flush(live, "chat");
+    const formed = await memory.timeline(live);
+    assert.deepEqual(formed.pending, []);
+    assert.deepEqual(formed.episodes[0]!.source_message_ids, ["p1"]);
+    await memory.deleteGroup(live);
+  });
+
   test("history pages the messages", async () => {
     const page = await memory.history(group, "chat-1", { limit: 1 });
     assert.deepEqual(page.messages.map((m) => m.id), ["m1"]);

@@ -1,14 +1,14 @@
-"""What the command line checks before it imports a file or reads a group: the file's kind, every
-line of a JSON Lines file (named by its number), and whether a group exists."""
+"""Reading the files ``epimem import`` takes, before anything is sent: the file's kind, every line of a JSON
+Lines file of messages (a bad one named by its number), the group an export names."""
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from api.cli.common import err
-from api.facade import Epimem
-from memory.errors import InvalidInputError
+from epimem_client.errors import InvalidInputError
 
 REQUIRED = ("group_id", "session_id", "id", "content")
 
@@ -38,9 +38,21 @@ def _one_json_document(path: Path) -> bool:
     return True
 
 
-def check_messages_file(path: Path) -> None:
-    """Every line of a messages file is a JSON object with the required fields; the first bad line
-    raises ``InvalidInputError`` naming the file type and the line number."""
+def exported_group(path: Path) -> str:
+    """The group an export's header names."""
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                header = json.loads(line)
+                return str(header.get("group_id") or "")
+    return ""
+
+
+def message_batches(path: Path, group: str | None) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """A JSON Lines file of messages as (group_id, session_id, messages) batches in file order, each line
+    checked first: a JSON object with the required fields, or ``InvalidInputError`` naming the line. The
+    messages' own fields are checked where they are added (the server, or the facade)."""
+    batches: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -58,10 +70,6 @@ def check_messages_file(path: Path) -> None:
                     f"{where}: missing field {', '.join(repr(m) for m in missing)} "
                     f"(each line needs {', '.join(REQUIRED)}; timestamp is recommended)"
                 )
-
-
-def note_when_empty(service: Epimem, group_id: str) -> None:
-    """A query of a group that holds nothing answers empty, as over HTTP; the note on stderr says why (a typo
-    in the group's name, most of the time)."""
-    if not service.group_exists(group_id):
-        err.print(f"note: group {group_id!r} holds nothing (`epimem stats` lists the groups)", style="yellow")
+            group_id, session_id = str(record.pop("group_id")), str(record.pop("session_id"))
+            batches[(group or group_id, session_id)].append(record)
+    return [(group_id, session_id, messages) for (group_id, session_id), messages in batches.items()]

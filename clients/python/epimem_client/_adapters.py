@@ -1,5 +1,5 @@
-"""What the framework adapters share: the memory they talk to, scope options, context pieces and
-stable message ids. No framework import here."""
+"""What the framework adapters (``epimem_client.langchain``, ``epimem_client.llamaindex``) share: the memory
+they talk to, scope options, context pieces and stable message ids. No framework import here."""
 
 from __future__ import annotations
 
@@ -8,18 +8,17 @@ import re
 from datetime import datetime
 from typing import Any, Protocol
 
-from epimem_client import ContextResult as WireContextResult
-from memory.models import Message
-from retrieval.types import Citation, ContextResult, SearchHit
+from epimem_client.models import Citation, ContextResult, Message, SearchHit
 
-# A context as the facade returns it, or as the HTTP client does (its own wire model, with the same fields).
-CONTEXT_RESULTS = (ContextResult, WireContextResult)
+# A message's roles (the server's ``Role`` values).
+USER, ASSISTANT, SYSTEM, TOOL = "user", "assistant", "system", "tool"
 
 _PIECE_HEADER = re.compile(r"^\[\d{4}-\d{2}-\d{2}")
 
 
 class Memory(Protocol):
-    """``EpimemClient`` and the facade ``Epimem`` both fit."""
+    """``EpimemClient`` and the server's in-process facade ``Epimem`` both fit (the facade returns the server's
+    models, with the same fields as the client's)."""
 
     def search(self, group_id: str, query: Any, **options: Any) -> list[SearchHit]: ...
     def context(self, group_id: str, query: Any, **options: Any) -> ContextResult: ...

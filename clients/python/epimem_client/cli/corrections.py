@@ -1,15 +1,16 @@
-"""``epimem correct``, ``revisions``, ``redact`` and ``audit``: correcting memory from the command line, in
-process on the data folder (memory.lifecycle.editing, memory.lifecycle.audit). Changes are signed ``local``."""
+"""``epimem correct``, ``revisions``, ``redact`` and ``audit``: correcting memory from the command line (on a
+running epimem the changes are signed by the key's actor; in process on a data folder, ``local``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from api.cli.common import AsJson, DataDir, open_service, out, print_json, short
+from epimem_client.cli.output import out, print_json, short, text
+from epimem_client.cli.recall import AsJson
+from epimem_client.cli.target import DataDir, Key, Url, open_memory
 
 
 def correct(
@@ -20,11 +21,13 @@ def correct(
     title: Annotated[str | None, typer.Option(help="the right title")] = None,
     content: Annotated[str | None, typer.Option(help="the right text")] = None,
     reason: Annotated[str | None, typer.Option(help="why (kept with the revision)")] = None,
+    url: Url = None,
+    key: Key = None,
     data_dir: DataDir = None,
     as_json: AsJson = False,
 ) -> None:
     """Correct an episode's title or text; the earlier one stays in its revisions."""
-    with open_service(ctx, data_dir) as service:
+    with open_memory(ctx, url, key, data_dir) as service:
         episode = service.correct_episode(group_id, session_id, episode_id, title=title, content=content, reason=reason)
     if as_json:
         print_json(episode)
@@ -37,11 +40,13 @@ def revisions(
     group_id: Annotated[str, typer.Argument(help="group")],
     session_id: Annotated[str, typer.Argument(help="session")],
     episode_id: Annotated[str, typer.Argument(help="episode")],
+    url: Url = None,
+    key: Key = None,
     data_dir: DataDir = None,
     as_json: AsJson = False,
 ) -> None:
     """An episode's revisions, oldest first (0 is the generated episode)."""
-    with open_service(ctx, data_dir) as service:
+    with open_memory(ctx, url, key, data_dir) as service:
         found = service.episode_revisions(group_id, session_id, episode_id)
     if as_json:
         print_json([revision.model_dump(mode="json") for revision in found])
@@ -50,7 +55,7 @@ def revisions(
     for column in ("#", "kind", "when", "by", "title", "reason"):
         table.add_column(column, overflow="fold")
     for revision in found:
-        kind = revision.kind.value + (" (superseded)" if revision.superseded else "") + (" (erased)" * revision.erased)
+        kind = text(revision.kind) + (" (superseded)" if revision.superseded else "") + (" (erased)" * revision.erased)
         when = revision.changed_at.strftime("%Y-%m-%d %H:%M")
         table.add_row(str(revision.revision), kind, when, revision.changed_by, short(revision.title), revision.reason)
     out.print(table)
@@ -63,16 +68,18 @@ def redact(
     message_id: Annotated[str, typer.Argument(help="message")],
     replacement: Annotated[str, typer.Option(help="the text that takes its place")] = "[redacted]",
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    url: Url = None,
+    key: Key = None,
     data_dir: DataDir = None,
     as_json: AsJson = False,
 ) -> None:
     """Replace a message's text for good (its id, speaker and time stay); what was built from it is rebuilt."""
-    with open_service(ctx, data_dir) as service:
+    with open_memory(ctx, url, key, data_dir) as service:
         if not yes:
             typer.confirm(f"Remove the text of message {message_id!r} of session {session_id!r} for good?", abort=True)
         receipt = service.redact_message(group_id, session_id, message_id, replacement=replacement)
     if as_json:
-        print_json(dataclasses.asdict(receipt))
+        print_json(receipt)
         return
     if not receipt.redacted:
         out.print(f"message {message_id} was redacted already: nothing changed")
@@ -85,11 +92,13 @@ def audit(
     group_id: Annotated[str, typer.Argument(help="group")],
     limit: Annotated[int, typer.Option(min=1, max=500)] = 50,
     cursor: Annotated[str | None, typer.Option(help="next_cursor of the previous page")] = None,
+    url: Url = None,
+    key: Key = None,
     data_dir: DataDir = None,
     as_json: AsJson = False,
 ) -> None:
     """The group's audit trail, newest first (who changed what, when; never the content)."""
-    with open_service(ctx, data_dir) as service:
+    with open_memory(ctx, url, key, data_dir) as service:
         page = service.audit(group_id, limit=limit, cursor=cursor)
     if as_json:
         print_json(page)
@@ -102,7 +111,7 @@ def audit(
             f" (+{entry.target_count - len(entry.target_ids)})" * (entry.target_count > len(entry.target_ids))
         )
         table.add_row(
-            entry.at.strftime("%Y-%m-%d %H:%M:%S"), entry.actor, entry.action.value, entry.session_id, targets
+            entry.at.strftime("%Y-%m-%d %H:%M:%S"), entry.actor, text(entry.action), entry.session_id, targets
         )
     out.print(table)
     if page.next_cursor:

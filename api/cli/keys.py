@@ -1,0 +1,203 @@
+"""``epimem keys create|list|revoke|rotate|limits|group-limits|usage``: keys and limits of a running epimem,
+over HTTP (``--url`` or ``EPIMEM_URL``, an admin key for every group from ``EPIMEM_API_KEY`` or ``--key``;
+none in local mode). A new key's secret is printed once, when it is made or rotated."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from api.cli.common import AsJson, fail, out, print_json
+from epimem_client import EpimemClient, EpimemError
+from epimem_client.keys import GroupUsageOut, KeyAdmin, KeyCreated, KeyOut
+
+keys_app = typer.Typer(help="API keys and limits of a running epimem (an admin key for every group).")
+
+Url = Annotated[str, typer.Option("--url", envvar="EPIMEM_URL", help="the running epimem")]
+Key = Annotated[
+    str | None, typer.Option("--key", "--api-key", envvar="EPIMEM_API_KEY", help="an admin key for every group")
+]
+PerSecond = Annotated[float | None, typer.Option("--requests-per-second", help="limit (per server)")]
+PerDay = Annotated[int | None, typer.Option("--messages-per-day", help="limit (UTC days, every server)")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@contextmanager
+def _admin(url: str, key: str | None) -> Iterator[KeyAdmin]:
+    try:
+        with EpimemClient(url, api_key=key) as client:
+            yield KeyAdmin(client)
+    except EpimemError as error:
+        fail(error.message, 1, code=error.code)
+
+
+def _limits(**values: float | None) -> dict[str, float]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def _table(keys: list[KeyOut]) -> Table:
+    table = Table(title="API keys")
+    for column in ("id", "name", "role", "groups", "status", "expires", "limits", "today"):
+        table.add_column(column, overflow="fold")
+    for key in keys:
+        limits = ", ".join(f"{name}={value:g}" for name, value in sorted(key.effective_limits.items())) or "-"
+        expires = key.expires_at.strftime("%Y-%m-%d %H:%M") if key.expires_at else "-"
+        today = str(key.usage.get("messages_today", 0))
+        table.add_row(key.id, key.name, key.role, ", ".join(key.groups), key.status, expires, limits, today)
+    return table
+
+
+def _secret(made: KeyCreated, as_json: bool, what: str) -> None:
+    if as_json:
+        print_json(made)
+        return
+    out.print(f"{what} {made.id} ({made.name}, {made.role} of {', '.join(made.groups)}).")
+    out.print("Its secret, shown this once (keep it; epimem stores only a salted hash):")
+    typer.echo(made.key)
+
+
+@keys_app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(help="who the key is (the audit trail signs its changes with it)")],
+    group: Annotated[list[str], typer.Option("--group", "-g", help="a group id, or a prefix ending in '*'")],
+    role: Annotated[str, typer.Option(help="read, write or admin")] = "read",
+    expires: Annotated[datetime | None, typer.Option(help="refused from this time on (ISO, UTC)")] = None,
+    requests_per_second: PerSecond = None,
+    messages_per_day: PerDay = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Make a key; it works at once on every server of the deployment."""
+    limits = _limits(requests_per_second=requests_per_second, messages_per_day=messages_per_day)
+    with _admin(url, key) as admin:
+        made = admin.create(name, group, role, expires_at=expires, limits=limits)
+    _secret(made, as_json, "made")
+
+
+@keys_app.command("list")
+def list_keys(url: Url = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
+    """Every key (never a secret), with its limits and today's messages."""
+    with _admin(url, key) as admin:
+        found = admin.list()
+    if as_json:
+        print_json([k.model_dump(mode="json") for k in found])
+        return
+    out.print(_table(found))
+
+
+@keys_app.command("revoke")
+def revoke(
+    key_id: Annotated[str, typer.Argument(help="the key's id (key-…)")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Refuse a key from now on (on every server within a second)."""
+    with _admin(url, key) as admin:
+        revoked = admin.revoke(key_id)
+    if as_json:
+        print_json(revoked)
+        return
+    out.print(f"revoked {revoked.id} ({revoked.name})")
+
+
+@keys_app.command("rotate")
+def rotate(
+    key_id: Annotated[str, typer.Argument(help="the key's id (key-…)")],
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """A new secret for a key (same id, name, groups and limits); the old one is refused."""
+    with _admin(url, key) as admin:
+        made = admin.rotate(key_id)
+    _secret(made, as_json, "rotated")
+
+
+@keys_app.command("limits")
+def key_limits(
+    key_id: Annotated[str, typer.Argument(help="the key's id (key-…)")],
+    requests_per_second: PerSecond = None,
+    messages_per_day: PerDay = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace a key's limits (none given: the server's defaults)."""
+    limits = _limits(requests_per_second=requests_per_second, messages_per_day=messages_per_day)
+    with _admin(url, key) as admin:
+        changed = admin.set_limits(key_id, limits)
+    if as_json:
+        print_json(changed)
+        return
+    out.print(_table([changed]))
+
+
+def _group(found: GroupUsageOut, as_json: bool) -> None:
+    if as_json:
+        print_json(found)
+        return
+    table = Table(title=f"group {found.group_id}")
+    for column in ("limit", "value", "used"):
+        table.add_column(column)
+    used = {"messages_per_day": "messages_today", "stored_chars": "stored_chars"}
+    for name in ("requests_per_second", "messages_per_day", "stored_chars"):
+        value = found.effective_limits.get(name)
+        use = found.usage.get(used.get(name, ""), None)
+        table.add_row(name, "-" if value is None else f"{value:g}", "-" if use is None else str(use))
+    out.print(table)
+
+
+@keys_app.command("group-limits")
+def group_limits(
+    group_id: Annotated[str, typer.Argument(help="the group")],
+    requests_per_second: PerSecond = None,
+    messages_per_day: PerDay = None,
+    stored_chars: Annotated[int | None, typer.Option("--stored-chars", help="limit on its messages")] = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replace a group's limits (none given: the server's defaults)."""
+    limits = _limits(
+        requests_per_second=requests_per_second, messages_per_day=messages_per_day, stored_chars=stored_chars
+    )
+    with _admin(url, key) as admin:
+        found = admin.set_group_limits(group_id, limits)
+    _group(found, as_json)
+
+
+@keys_app.command("usage")
+def usage(
+    group_id: Annotated[
+        str | None, typer.Argument(help="one group's limits and use (default: every key and group)")
+    ] = None,
+    url: Url = DEFAULT_URL,
+    key: Key = None,
+    as_json: AsJson = False,
+) -> None:
+    """Messages added today by every key and group, or one group's limits and use."""
+    with _admin(url, key) as admin:
+        if group_id is not None:
+            _group(admin.group_usage(group_id), as_json)
+            return
+        found = admin.usage()
+    if as_json:
+        print_json(found)
+        return
+    table = Table(title=f"messages added on {found.day} (UTC)")
+    for column in ("kind", "id", "messages"):
+        table.add_column(column, overflow="fold")
+    for row in found.rows:
+        table.add_row(row.kind, row.id, str(row.messages_today))
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(keys_app, name="keys")

@@ -1,0 +1,67 @@
+"""What every command prints and how it fails: the two consoles (tables on stdout, notes on stderr), JSON
+output, errors as one plain line (``error (code): message``), short text for table cells."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from datetime import datetime
+from enum import Enum
+from typing import Any, NoReturn
+
+import typer
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, status: int = 2, *, code: str | None = None) -> NoReturn:
+    """One plain line on stderr and a non-zero exit: no traceback for a mistake the user can fix. Every
+    command says it the same way: ``error (code): message``, or ``error: message`` for a mistake with no
+    code of the HTTP API (a bad option, a data folder that cannot be used)."""
+    typer.echo(f"error ({code}): {message}" if code else f"error: {message}", err=True)
+    raise typer.Exit(status)
+
+
+def one_line(error: ValueError) -> str:
+    """A validation error as one line: ``field: what is wrong`` for each problem (pydantic's own text spans
+    several lines and ends with a link)."""
+    if isinstance(error, ValidationError):
+        problems = []
+        for problem in error.errors(include_url=False):
+            where = ".".join(str(part) for part in problem["loc"])
+            message = str(problem["msg"]).removeprefix("Value error, ")
+            problems.append(f"{where}: {message}" if where else message)
+        return "; ".join(problems)
+    return " ".join(str(error).split())
+
+
+def print_json(value: Any) -> None:
+    if isinstance(value, BaseModel):
+        text = value.model_dump_json(indent=2)
+    else:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=json_default)
+    sys.stdout.write(text + "\n")
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # the facade's receipts
+        return dataclasses.asdict(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def text(value: object) -> str:
+    """A value as a table shows it: an enum of the facade by its value, as the client's models hold it."""
+    return str(value.value) if isinstance(value, Enum) else str(value)
+
+
+def short(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,1 @@
+"""Change events sent to webhooks: subscriptions, a durable outbox, signed deliveries (memory.events)."""
