@@ -26,7 +26,7 @@ from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
 from memory.ingest.importers import LocomoSample
 from memory.lifecycle.audit import LOCAL_ACTOR
-from memory.lifecycle.export_format import read_export
+from memory.lifecycle.export_format import ExportContents, read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import (
@@ -349,15 +349,22 @@ class Epimem(Corrections, Operations):
         return self.memory.export_group(group_id, include_embeddings=include_embeddings)
 
     def import_group(
-        self, lines: Iterable[str], *, group_id: str | None = None, actor: str = LOCAL_ACTOR, restore: bool = True
+        self,
+        lines: Iterable[str] | ExportContents,
+        *,
+        group_id: str | None = None,
+        actor: str = LOCAL_ACTOR,
+        restore: bool = True,
     ) -> ImportReceipt:
         """Import an export (into ``group_id``, default the exported group): it adds what the group lacks and
         never changes what it holds (memory.lifecycle.importing). ``restore`` (in process: yes) lets it carry
         what epimem made (episodes, summaries, revisions, embeddings); without it, sessions and messages only.
-        The whole file is checked before anything is written; importing twice is a no-op."""
+        The whole file is checked before anything is written (``lines`` may be it, already read: ``read_export``);
+        importing twice is a no-op."""
         if group_id is not None:
             _scope_ids(group_id)
-        return self.memory.import_group(read_export(lines), group_id=group_id, actor=actor, restore=restore)
+        contents = lines if isinstance(lines, ExportContents) else read_export(lines)
+        return self.memory.import_group(contents, group_id=group_id, actor=actor, restore=restore)
 
     def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
         """Rebuild the vectors of one group (or all) from the stored text with the configured model

@@ -30,6 +30,21 @@ class RetentionPolicies(BaseModel):
     sessions: list[StoredPolicy] = Field(description="sessions with a policy of their own (it replaces the group's)")
 
 
+class WebhookOut(BaseModel):
+    """A webhook subscription as the surfaces show it: everything but its secret."""
+
+    id: str
+    url: str
+    groups: list[str]
+    created_at: str
+    created_by: str
+    description: str | None = None
+
+
+def _public(subscription: Subscription) -> WebhookOut:
+    return WebhookOut.model_validate(subscription.public())
+
+
 def _policy(values: RetentionPolicy | dict[str, Any]) -> RetentionPolicy:
     if isinstance(values, RetentionPolicy):
         return values
@@ -80,16 +95,16 @@ class Operations:
 
     def create_webhook(
         self, url: str, secret: str, groups: list[str], *, description: str | None = None, actor: str = LOCAL_ACTOR
-    ) -> Subscription:
-        """Send every change of the groups' memory to ``url``, signed with ``secret``."""
+    ) -> WebhookOut:
+        """Send every change of the groups' memory to ``url``, signed with ``secret`` (never shown again)."""
         try:
             request = SubscriptionIn(url=url, secret=secret, groups=groups, description=description)
         except ValidationError as error:
             raise InvalidInputError(error.errors(include_url=False)[0]["msg"]) from error
-        return self.webhooks.create(request, actor=actor)
+        return _public(self.webhooks.create(request, actor=actor))
 
-    def webhook_subscriptions(self) -> list[Subscription]:
-        return self.webhooks.list()
+    def webhook_subscriptions(self) -> list[WebhookOut]:
+        return [_public(subscription) for subscription in self.webhooks.list()]
 
     def delete_webhook(self, subscription_id: str) -> None:
         self.webhooks.delete(subscription_id)

@@ -86,12 +86,12 @@ class Upkeep:
         now = now or self.retention.clock()
         if dry_run:
             return self.retention.preview(group_id, now)
-        receipt_ids: list[str] = []
 
-        def audit(removed: DeletionReceipt) -> None:  # before the erasure: it takes the trail's old ids too
-            receipt_ids.extend([*removed.messages, *removed.episodes, *removed.summaries])
-            self.audit.record(group_id, AuditAction.RETENTION_SWEEP, actor, targets=receipt_ids)
-            self.audit.forget(group_id, set(receipt_ids))
+        def audit(done: RetentionReceipt) -> None:
+            # Before the erasure, so that it takes the old versions of the entries that forget the erased ids;
+            # the sweep's own entry is written after them: the receipt keeps its ids (ids only, the proof).
+            self.audit.forget(group_id, {*done.messages, *done.episodes, *done.summaries})
+            self.audit.record(group_id, AuditAction.RETENTION_SWEEP, actor, targets=done.sessions, receipt=done.ids())
 
         with self._alone(group_id, list(self.retention.effective(group_id))):
             receipt = self.retention.sweep(group_id, now, before_erase=audit)

@@ -142,6 +142,7 @@ FILE_COSTS = {
     "tests/api/test_import_chunks.py": 150,
     "tests/api/test_import_fuzz.py": 130,
     "tests/api/test_import_integrity.py": 75,
+    "tests/integration/test_open_files.py": 150,
     "tests/integration/test_scaleout.py": 70,
     "tests/memory/test_webhooks.py": 150,
     "tests/memory/test_retention.py": 150,

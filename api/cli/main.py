@@ -1,9 +1,10 @@
 """The ``epimem`` command line of the server install.
 
 The commands that read or write a group (``search``, ``context``, ``timeline``, ``import``, ``export``,
-``stats``, the corrections) are the thin client's (``epimem_client.cli``): on a running epimem with ``--url``
-(or ``EPIMEM_URL``), through ``EpimemClient``, or here also in process on a data folder (``--data-dir`` or
-``EPIMEM_DATA_DIR``, or the Chroma server of ``EPIMEM_CHROMA_HOST``), the store a stopped server would use.
+``stats``, the corrections, ``retention``, ``webhooks``) are the thin client's (``epimem_client.cli``): on a
+running epimem with ``--url`` (or ``EPIMEM_URL``), through ``EpimemClient``, or here also in process on a data
+folder (``--data-dir`` or ``EPIMEM_DATA_DIR``, or the Chroma server of ``EPIMEM_CHROMA_HOST``), the store a
+stopped server would use.
 This module adds that data folder and the commands that run epimem itself: ``serve``, ``reembed``, ``mcp``,
 ``segment``, ``erase-residue``. Tables in a terminal, JSON with ``--json``.
 """
@@ -21,7 +22,6 @@ from api.cli.common import AsJson, DataDir, fail, local, open_service, out, prin
 from api.cli.erase import register as register_erase
 from api.cli.keys import register as register_keys
 from api.cli.mcp import register as register_mcp
-from api.cli.operations import register as register_operations
 from api.cli.segment import register as register_segment
 from epimem_client.cli.app import new_app
 from epimem_client.cli.output import err
@@ -124,4 +124,3 @@ def reembed(
 for _register in (register_mcp, register_erase, register_segment, register_keys):
     _register(app)
 register_backups(app)
-register_operations(app)

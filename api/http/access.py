@@ -1,11 +1,14 @@
 """The app's keys and limits put together over its service: the live key store (seeded by the keys file),
 the shared usage counters, the limits, and the background recheck that keeps them current; an add within the
-limits (``add_within_limits``); the figures of the limits for ``/metrics`` (``AccessCollector``)."""
+limits (``add_within_limits``) and an import too (``import_within_limits``); the figures of the limits for
+``/metrics`` (``AccessCollector``)."""
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,8 +23,9 @@ from api.auth import KeyRing, Principal
 from api.facade import Epimem
 from api.settings import Settings
 from memory.errors import EpimemError
+from memory.lifecycle.export_format import read_export
 from memory.models import Message
-from memory.receipts import AddReceipt
+from memory.receipts import AddReceipt, ImportReceipt
 
 log = logging.getLogger("epimem.access")
 
@@ -94,6 +98,42 @@ def add_within_limits(
     quotas: Quotas = request.app.state.quotas
     key = who.key
     return quotas.counted(key.id if key else None, key.limits if key else {}, group_id, messages, add, stored)
+
+
+@dataclass
+class _Imported:
+    """A message of an import as the limits count it (its id made unique across the file's sessions)."""
+
+    id: str
+    content: str
+
+
+def import_within_limits(
+    request: Request, who: Principal, group_id: str, lines: list[str], *, restore: bool
+) -> ImportReceipt:
+    """An import of ``POST .../import`` within the limits: the messages it adds (those the group lacks) count
+    against ``messages_per_day`` and ``stored_chars`` as an add's do (429 if they would pass a limit)."""
+    service: Epimem = request.app.state.service
+    contents = read_export(lines)
+    said: dict[str, list[str]] = defaultdict(list)
+    for stored in contents.messages:
+        said[stored.session_id].append(stored.message.id)
+    held = service.memory.store.log.get_messages_of_sessions(group_id, said) if said else {}
+    absent = [
+        _Imported(f"{s.session_id}\n{s.message.id}", s.message.content)
+        for s in contents.messages
+        if s.message.id not in held.get(s.session_id, {})
+    ]
+    quotas: Quotas = request.app.state.quotas
+    key = who.key
+    reservation = quotas.reserve(key.id if key else None, key.limits if key else {}, group_id, absent)
+    try:
+        receipt = service.import_group(contents, group_id=group_id, actor=who.actor, restore=restore)
+    except BaseException:
+        reservation.cancel()
+        raise
+    reservation.settle([m.id for m in absent])  # the import added every message the group lacked
+    return receipt
 
 
 def _defaults(**limits: float | None) -> dict[str, float]:

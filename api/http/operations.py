@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi import Path as PathParam
@@ -22,7 +22,7 @@ from api.errors import PayloadTooLargeError
 from api.http.error_handling import error_responses
 from api.http.params import GroupId, SessionId
 from api.http.routes import ADMIN, GROUP, READ, SERVER_ADMIN, SESSION, ServiceDep, SettingsDep
-from api.operations import RetentionPolicies
+from api.operations import RetentionPolicies, WebhookOut
 from memory.errors import NotFoundError
 from memory.lifecycle.retention import RetentionPolicy, RetentionReceipt, StoredPolicy
 from memory.upkeep import RestoreReceipt
@@ -37,15 +37,6 @@ SubscriptionId = Annotated[str, PathParam(min_length=1, max_length=64, pattern=r
 
 class Cleared(BaseModel):
     cleared: bool = Field(description="false when there was no policy to clear")
-
-
-class WebhookOut(BaseModel):
-    id: str
-    url: str
-    groups: list[str]
-    created_at: str
-    created_by: str
-    description: str | None = None
 
 
 class WebhooksOut(BaseModel):
@@ -107,10 +98,6 @@ def sweep(
 # -- change events -------------------------------------------------------------------------------------
 
 
-def _out(subscription: Any) -> WebhookOut:
-    return WebhookOut.model_validate(subscription.public())
-
-
 @operations.post(
     "/webhooks", tags=["webhooks"], status_code=201, summary="Subscribe a URL to the change events of groups"
 )
@@ -118,12 +105,12 @@ def create_webhook(body: SubscriptionIn, service: ServiceDep, who: Annotated[Pri
     """Every change of the groups' memory is POSTed to `url` as JSON (ids, never content), signed in
     `X-Epimem-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>" with secret>`. Loopback and
     private hosts are refused unless `EPIMEM_WEBHOOK_ALLOW_HOSTS` names them. The secret is never shown again."""
-    return _out(service.create_webhook(**body.model_dump(), actor=who.actor))
+    return service.create_webhook(**body.model_dump(), actor=who.actor)
 
 
 @operations.get("/webhooks", tags=["webhooks"], dependencies=[SERVER_ADMIN], summary="Webhook subscriptions")
 def list_webhooks(service: ServiceDep) -> WebhooksOut:
-    return WebhooksOut(webhooks=[_out(s) for s in service.webhook_subscriptions()])
+    return WebhooksOut(webhooks=service.webhook_subscriptions())
 
 
 @operations.delete(

@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
 from api.facade import Epimem
-from api.http.access import add_within_limits
+from api.http.access import add_within_limits, import_within_limits
 from api.http.error_handling import error_responses
 from api.http.params import EpisodeIdPath, FilterQuery, GroupId, MessageIdPath, SessionId, SessionIdQuery, parse_filter
 from api.http.schemas import (
@@ -349,11 +349,10 @@ def export_group(
     },
     summary="Import JSON Lines written by export (idempotent)",
 )
-async def import_group(
-    group_id: GroupId, request: Request, service: ServiceDep, who: Annotated[Principal, WRITE]
-) -> ImportReceipt:
+async def import_group(group_id: GroupId, request: Request, who: Annotated[Principal, WRITE]) -> ImportReceipt:
     """Streams in (up to `max_import_bytes`); adds what the group lacks, never changes it (409). A write key
-    imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md)."""
+    imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md).
+    The messages it adds count against the key's and the group's limits as an add's do (429 over one)."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     lines: list[str] = []
     tail, read = "", 0
@@ -369,7 +368,7 @@ async def import_group(
     if tail.strip():
         lines.append(tail)
     restore = who.key is None or (who.key.role >= Role.ADMIN and who.key.every_group)
-    return await run_in_threadpool(service.import_group, lines, group_id=group_id, actor=who.actor, restore=restore)
+    return await run_in_threadpool(import_within_limits, request, who, group_id, lines, restore=restore)
 
 
 # -- operations --------------------------------------------------------------------------------

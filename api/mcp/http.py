@@ -25,6 +25,7 @@ from api.auth import ApiKey, KeyRing, Role
 from api.errors import ForbiddenError, TooManyRequestsError, UnauthorizedError
 from api.facade import Epimem
 from api.http.error_handling import error_response
+from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.models import Message
 from memory.receipts import AddReceipt
 
@@ -71,9 +72,11 @@ class CountedBackend:
         self._service = service
         self._quotas = quotas
 
-    def add_messages(self, group_id: str, session_id: str, messages: Sequence[Message]) -> AddReceipt:
+    def add_messages(
+        self, group_id: str, session_id: str, messages: Sequence[Message], *, actor: str = LOCAL_ACTOR
+    ) -> AddReceipt:
         def add() -> AddReceipt:
-            return self._service.add_messages(group_id, session_id, messages)
+            return self._service.add_messages(group_id, session_id, messages, actor=actor)
 
         def stored(ids: list[str]) -> set[str]:
             return set(self._service.memory.store.log.get_messages(group_id, session_id, ids))

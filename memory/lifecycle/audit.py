@@ -4,11 +4,16 @@ One record per change in the group's log (kind ``audit``): adds (one per batch t
 something), flushes, corrections, redactions, deletes, imports, summaries and re-embeddings. An entry
 holds its time, the actor (an API key's name or id, never its secret; ``local`` in local mode), the
 action, the session and at most ``MAX_TARGETS`` target ids with their full count; never a message's
-or an episode's text, a title, metadata or a correction's reason.
+or an episode's text, a title, metadata or a correction's reason. A retention sweep's entry is its receipt:
+the sessions it touched as targets, and ``counts`` and ``ids`` per kind (messages, episodes and summaries
+erased, episodes and summaries repaired, sessions), at most ``MAX_TARGETS`` ids of each kind, with
+``ids_left_out`` saying how many the cap left out.
 
 The trail is the group's data: it lives in the group's log, so deleting the group deletes it, and
 a delete erases the ids it removed from every entry (they read ``ERASED``; the counts stay), so the
-trail keeps no more of a deleted message, episode or session than the data folder does. It is
+trail keeps no more of a deleted message, episode or session than the data folder does. The one exception is
+the proof of retention: a sweep's own entry keeps the ids it erased (ids only, never content); a later
+delete of a session or an episode it names erases them there too. It is
 bounded: at most ``LIMIT`` entries per group are kept, the oldest are dropped first (checked every
 ``PRUNE_EVERY`` entries a process writes to the group, so a group may briefly hold up to
 ``LIMIT + PRUNE_EVERY``). Export does not carry it; an import is itself an entry of the group it
@@ -27,7 +32,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 
@@ -74,6 +79,13 @@ class AuditEntry(BaseModel):
     session_id: str | None = None
     target_ids: list[str] = Field(default_factory=list, description=f"at most {MAX_TARGETS} ids")
     target_count: int = Field(default=0, description="how many ids the change touched (target_ids may be cut)")
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="a retention sweep: how many of each kind it erased (or repaired)"
+    )
+    ids: dict[str, list[str]] = Field(
+        default_factory=dict, description=f"a retention sweep: the ids of each kind, at most {MAX_TARGETS} of each"
+    )
+    ids_left_out: int = Field(default=0, description="ids of `ids` left out by that cap")
 
 
 class AuditPage(BaseModel):
@@ -108,8 +120,11 @@ class AuditTrail:
         *,
         session_id: str | None = None,
         targets: Sequence[str] = (),
+        receipt: Mapping[str, Sequence[str]] | None = None,
     ) -> AuditEntry:
+        """``receipt``: kind -> ids, a retention sweep's (kept as ``counts`` and capped ``ids``)."""
         now = time.time_ns()
+        kinds = receipt or {}
         entry = AuditEntry(
             id=f"{_PREFIX}{now:020d}-{secrets.token_hex(4)}",
             at=from_epoch(now / 1e9),
@@ -118,6 +133,9 @@ class AuditTrail:
             session_id=session_id,
             target_ids=list(targets[:MAX_TARGETS]),
             target_count=len(targets),
+            counts={kind: len(ids) for kind, ids in kinds.items()},
+            ids={kind: list(ids[:MAX_TARGETS]) for kind, ids in kinds.items()},
+            ids_left_out=sum(max(0, len(ids) - MAX_TARGETS) for ids in kinds.values()),
         )
         with self._tolerated(f"the {action.value} entry"):
             self._log.put_record(group_id, entry.id, entry.model_dump_json(), {"kind": KIND})
@@ -143,12 +161,14 @@ class AuditTrail:
         rewritten = 0
         for record_id, document, metadata in self._log.records(group_id, KIND):
             entry = AuditEntry.model_validate_json(document)
-            if entry.session_id not in ids and not ids.intersection(entry.target_ids):
+            named = {*entry.target_ids, *(i for kind in entry.ids.values() for i in kind)}
+            if entry.session_id not in ids and not ids.intersection(named):
                 continue
             scrubbed = entry.model_copy(
                 update={
                     "session_id": ERASED if entry.session_id in ids else entry.session_id,
                     "target_ids": [ERASED if i in ids else i for i in entry.target_ids],
+                    "ids": {kind: [ERASED if i in ids else i for i in found] for kind, found in entry.ids.items()},
                 }
             )
             self._log.put_record(group_id, record_id, scrubbed.model_dump_json(), dict(metadata))

@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory.lifecycle.deletion import BeforeErase, Deleter
+from memory.lifecycle.deletion import Deleter
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
 from memory.models import Episode, UtcDatetime
 from memory.receipts import DeletionReceipt
@@ -35,6 +35,7 @@ KIND = "retention"
 GROUP_RECORD = "retention-group"
 MAX_AGE_DAYS = 36_600  # a hundred years
 Clock = Callable[[], datetime]
+RECEIPT_KINDS = ("sessions", "messages", "episodes", "summaries", "repaired")
 
 
 class AgeBasis(StrEnum):
@@ -71,8 +72,11 @@ class RetentionReceipt(BaseModel):
     counts: dict[str, int] = Field(default_factory=dict, description="how many of each")
 
     def counted(self) -> RetentionReceipt:
-        names = ("sessions", "messages", "episodes", "summaries", "repaired")
-        return self.model_copy(update={"counts": {name: len(getattr(self, name)) for name in names}})
+        return self.model_copy(update={"counts": {name: len(ids) for name, ids in self.ids().items()}})
+
+    def ids(self) -> dict[str, list[str]]:
+        """Kind -> ids, as the counts and the audit trail name them."""
+        return {name: getattr(self, name) for name in RECEIPT_KINDS}
 
 
 def _session_record(session_id: str) -> str:
@@ -171,8 +175,11 @@ class Retention:
                 receipt.repaired.append(summary.uuid)
         return receipt.counted()
 
-    def sweep(self, group_id: str, now: datetime, *, before_erase: BeforeErase | None = None) -> RetentionReceipt:
-        """Erase what is past its policy at ``now`` (the caller holds the group alone)."""
+    def sweep(
+        self, group_id: str, now: datetime, *, before_erase: Callable[[RetentionReceipt], None] | None = None
+    ) -> RetentionReceipt:
+        """Erase what is past its policy at ``now`` (the caller holds the group alone); ``before_erase`` gets
+        the receipt once the records are removed, before the data folder is scrubbed."""
         receipt = RetentionReceipt(group_id=group_id, dry_run=False, swept_at=now)
         removed = DeletionReceipt()
         for session_id, message_ids in self.expired(group_id, now).items():
@@ -181,9 +188,6 @@ class Retention:
             removed.merge(done)
         if not receipt.sessions:
             return receipt.counted()
-        if before_erase is not None:
-            before_erase(removed)
-        self._admin.erase(group_id, [*receipt.sessions, GROUP_SUMMARY_SESSION])
         repaired = [i for i in dict.fromkeys(removed.repaired) if i not in set(removed.episodes + removed.summaries)]
         update = {
             "messages": removed.messages,
@@ -191,7 +195,11 @@ class Retention:
             "summaries": removed.summaries,
             "repaired": repaired,
         }
-        return receipt.model_copy(update=update).counted()
+        swept = receipt.model_copy(update=update).counted()
+        if before_erase is not None:
+            before_erase(swept)
+        self._admin.erase(group_id, [*receipt.sessions, GROUP_SUMMARY_SESSION])
+        return swept
 
     def covered_sessions(self, group_id: str, sessions: Sequence[str] | None = None) -> list[str]:
         """The sessions a policy covers (what a sweep must hold)."""

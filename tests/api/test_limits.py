@@ -216,3 +216,34 @@ def test_the_same_limits_on_mcp(server: Any, api: Api, group_id: str) -> None:
     assert [_mcp_add(api, limited, group_id, ["a1"]) for _ in range(3)] == ["", "", ""]  # retries: nothing counted
     refused = _mcp_add(api, limited, group_id, ["a1"])
     assert refused.startswith("too_many_requests:") and "requests_per_second" in refused
+
+
+def test_an_import_counts_as_an_add(api: Api, group_id: str) -> None:
+    """Messages that a write key imports count against its messages_per_day: the limit reached by an import,
+    an add is refused; a re-import adds (and counts) nothing; an import over the limit writes nothing."""
+    made = api("POST", "/v1/keys", json={"name": f"w-{group_id}", "groups": ["*"], "role": "write"})
+    limited, limited_id = made.json()["key"], made.json()["id"]
+    assert api("PUT", f"/v1/keys/{limited_id}/limits", json={"messages_per_day": 4}).status_code == 200
+    _, other = _key(api, f"other-{group_id}", ["*"])
+    source, bigger = f"{group_id}-src", f"{group_id}-big"
+    assert _add(api, other, source, ["m1", "m2", "m3"]).status_code == 200
+    assert _add(api, other, source, ["m4"], session="s2").status_code == 200
+    assert _add(api, other, bigger, ["n1", "n2"]).status_code == 200
+    export = api("GET", f"/v1/groups/{source}/export").content
+    ndjson = {"content-type": "application/x-ndjson"}
+
+    imported = api("POST", f"/v1/groups/{group_id}/import", limited, content=export, headers=ndjson)
+    assert imported.status_code == 200 and imported.json()["messages"] == 4, imported.text
+    usage = {k["id"]: k for k in api("GET", "/v1/keys").json()["keys"]}[limited_id]["usage"]
+    assert usage == {"messages_today": 4}
+    _refused(_add(api, limited, group_id, ["a1"], session="s3"), "messages_per_day", "key")
+    again = api("POST", f"/v1/groups/{group_id}/import", limited, content=export, headers=ndjson)
+    assert again.status_code == 200  # what the group holds already is not added, nor counted
+    over = api("POST", f"/v1/groups/{group_id}-b/import", limited, content=export, headers=ndjson)
+    _refused(over, "messages_per_day", "key")
+    assert api("GET", f"/v1/groups/{group_id}-b/sessions").json().get("sessions", []) == []
+    assert _add(api, other, group_id, ["b1"], session="s3").status_code == 200  # another key is unaffected
+
+    assert api("PUT", f"/v1/groups/{bigger}/limits", json={"messages_per_day": 3}).status_code == 200
+    group_over = api("POST", f"/v1/groups/{bigger}/import", other, content=export, headers=ndjson)
+    _refused(group_over, "messages_per_day", "group")  # 2 today + 4 imported > 3

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from api.cli.main import app
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.timeutil import utc_now
 
 KEYS = {
     "admin-a": {"key": "admin-a-0123456789abcdef", "groups": ["team-a"], "role": "admin", "name": "ops-a"},
@@ -169,3 +172,39 @@ def test_backup_and_restore_over_http_and_the_command_line(
             assert missing.status_code == 404
     finally:
         other.close()
+
+
+def test_a_sweeps_receipt_in_the_audit_trail_names_what_it_erased(
+    settings_for: Callable[..., Settings],
+    embedder: SentenceTransformerEmbedder,
+    serve: Callable[..., AppServer],
+    group_id: str,
+    tmp_path: Path,
+) -> None:
+    """On either backend: ``GET /v1/groups/{g}/audit`` shows the sweep's counts and ids per kind (the
+    proof of retention), and no entry holds a word of what was erased."""
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"keys": list(KEYS.values())}))
+    settings = settings_for(api_keys_file=keys)
+    service = Epimem.from_settings(settings, background=False, embedder=embedder)
+    try:
+        marker = f"zq{uuid.uuid4().hex[:10]}"
+        two_episode_session(service, group_id, "s1", day=0, marker=marker)
+        old = sorted(e.uuid for e in service.timeline(group_id, limit=100).episodes)
+        service.add_messages(group_id, "s2", chat("s2", 2, start=utc_now() - timedelta(days=1)))
+        server = serve(service, settings=settings)
+        with httpx.Client(base_url=server.url, headers=auth("admin-all")) as http:
+            path = f"/v1/groups/{group_id}/retention"
+            assert http.put(path, json={"max_age_days": 365}).status_code == 200
+            swept = http.post(path + "/sweep").json()
+            assert swept["counts"]["messages"] == 4 and swept["counts"]["episodes"] == 2
+            answer = http.get(f"/v1/groups/{group_id}/audit", params={"limit": 500})
+            assert answer.status_code == 200
+            (entry,) = [e for e in answer.json()["entries"] if e["action"] == "retention_sweep"]
+    finally:
+        service.close()
+    assert entry["actor"] == "root" and entry["counts"] == swept["counts"] and entry["ids_left_out"] == 0
+    assert sorted(entry["ids"]["messages"]) == ["s1-a-0", "s1-a-1", "s1-b-0", "s1-b-1"]
+    assert sorted(entry["ids"]["episodes"]) == old and len(old) == 2
+    assert entry["ids"]["sessions"] == ["s1"] and entry["target_ids"] == ["s1"]
+    assert marker not in answer.text

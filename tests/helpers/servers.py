@@ -3,6 +3,8 @@ process (`epimem serve`, `uvicorn --factory api.server:serve_app`), and `chroma 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import socket
@@ -166,18 +168,46 @@ def chroma_executable() -> str:
 class ChromaServer:
     """A real `chroma run` process on 127.0.0.1, started and stopped by the tests."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, index_cache: int | None = None, open_files: int | None = None) -> None:
+        """``index_cache``: at most this many vector indexes kept open (Chroma's LRU index cache, in a config
+        file: ``chroma run`` takes no flag for it); ``open_files``: the process's open-files limit (soft)."""
         self.path = path
         self.port = free_port()
+        self.index_cache = index_cache
+        self.open_files = open_files
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _command(self) -> list[str]:
+        if self.index_cache is None:
+            return [
+                chroma_executable(),
+                "run",
+                "--path",
+                str(self.path),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ]
+        config = self.path.parent / f"chroma-{self.port}.yaml"
+        config.write_text(
+            f"persist_path: {json.dumps(str(self.path))}\nlisten_address: 127.0.0.1\nport: {self.port}\n"
+            "segment_manager:\n  hnsw_index_pool_cache_config:\n    lru:\n"
+            f"      capacity: {self.index_cache}\n"
+        )
+        return [chroma_executable(), "run", str(config)]
+
+    def open_file_count(self) -> int:
+        """The files the server process holds open now (Linux: its /proc entry)."""
+        assert self.process is not None
+        return len(os.listdir(f"/proc/{self.process.pid}/fd"))
 
     def start(self, timeout: float = 60.0) -> None:
         log = open(self.path.parent / f"chroma-{self.port}.log", "ab")  # noqa: SIM115 - kept open for the process
-        self.process = subprocess.Popen(
-            [chroma_executable(), "run", "--path", str(self.path), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        command = self._command()
+        if self.open_files is not None:  # the shell lowers its soft limit, then becomes the server
+            command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "chroma", *command]
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

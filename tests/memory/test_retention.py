@@ -19,7 +19,7 @@ from helpers.checks import cached_keyword_text, every_client, scan_client
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError
-from memory.lifecycle.audit import ERASED, AuditAction
+from memory.lifecycle.audit import ERASED, MAX_TARGETS, AuditAction
 from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.timeutil import utc_now
 
@@ -86,13 +86,23 @@ def test_a_sweep_erases_what_is_past_the_policy_and_repairs_the_rest(service: Ep
     export = "".join(service.export_group(group_id))
     assert marker not in export and not any(f'"{m}"' in export for m in expired)
     assert marker not in cached_keyword_text(service)
-    # ... and from every collection of the store (ids of erased records included).
+    # The receipt in the audit trail: the sweep, who, how many of each kind and which ids (never content);
+    # the entries of the adds and flushes that named the erased ids read "(erased)".
+    entries = service.audit(group_id, limit=500).entries
+    (entry,) = [e for e in entries if e.action is AuditAction.RETENTION_SWEEP]
+    assert entry.actor == "ops" and entry.counts == receipt.counts and entry.ids_left_out == 0
+    assert {kind: sorted(ids) for kind, ids in entry.ids.items()} == {
+        kind: sorted(getattr(receipt, kind)) for kind in receipt.counts
+    }
+    assert sorted(entry.target_ids) == ["s1", "s3"] and entry.target_count == 2
+    others = [e for e in entries if e is not entry]
+    assert not set(expired) & {i for e in others for i in e.target_ids}
+    assert ERASED in {i for e in others for i in e.target_ids}
+    assert marker not in json.dumps([e.model_dump(mode="json") for e in entries])
+    # ... and from every collection of the store: the erased ids are left only in that receipt.
     needles = [marker, ids["A"], ids["B"]]
-    assert scan_client(every_client(service), needles, local=expired, group_id=group_id) == []
-
-    # The receipt in the audit trail: the sweep, who, how many; the erased ids read "(erased)".
-    (entry,) = [e for e in service.audit(group_id, limit=500).entries if e.action is AuditAction.RETENTION_SWEEP]
-    assert entry.actor == "ops" and entry.target_count == 8 and set(entry.target_ids) == {ERASED}
+    found = scan_client(every_client(service), needles, local=expired, group_id=group_id)
+    assert {(record, needle) for _, record, needle in found} == {(entry.id, i) for i in [ids["A"], ids["B"], *expired]}
 
     again = service.sweep_retention(group_id, now=now)  # nothing left to erase: no second entry
     assert again.counts["messages"] == 0 and again.sessions == []
@@ -138,12 +148,13 @@ def test_the_background_sweep(make_service: Callable[..., Epimem], group_id: str
     while not (swept := [e for e in service.audit(group_id).entries if e.action is AuditAction.RETENTION_SWEEP]):
         assert time.monotonic() < deadline, "the background sweep did not run"
         time.sleep(0.05)
-    assert swept[0].actor == "retention" and swept[0].target_count == 3
+    assert swept[0].actor == "retention" and swept[0].counts["messages"] == 3
+    assert sorted(swept[0].ids["messages"]) == ["s1-0", "s1-1", "s1-2"]
     assert service.history(group_id, "s1") == []
 
 
 def test_a_sweep_leaves_no_byte_in_the_data_folder(tmp_path: Path, embedder: object, group_id: str) -> None:
-    """Embedded Chroma: after a sweep (and with the service stopped) no file holds the expired text or ids."""
+    """Embedded Chroma: after a sweep (and with the service stopped) no file holds the expired text."""
     marker = f"zq{uuid.uuid4().hex[:10]}"
     service = Epimem.from_settings(data_dir=tmp_path / "data", background=False, embedder=embedder)
     try:
@@ -153,13 +164,9 @@ def test_a_sweep_leaves_no_byte_in_the_data_folder(tmp_path: Path, embedder: obj
         assert receipt.counts["messages"] == 6
     finally:
         service.close()
-    needles = [marker, *receipt.episodes, *(f'"{m}"' for m in receipt.messages)]
+    # No byte of what was said (the erased ids are in the sweep's receipt, on purpose: the proof).
     found = [
-        (str(path), needle)
-        for path in (tmp_path / "data").rglob("*")
-        if path.is_file()
-        for needle in needles
-        if needle.encode() in path.read_bytes()
+        str(path) for path in (tmp_path / "data").rglob("*") if path.is_file() and marker.encode() in path.read_bytes()
     ]
     assert found == []
     reopened = Epimem.from_settings(data_dir=tmp_path / "data", background=False, embedder=embedder)
@@ -168,3 +175,19 @@ def test_a_sweep_leaves_no_byte_in_the_data_folder(tmp_path: Path, embedder: obj
         assert json.loads(next(iter(reopened.export_group(group_id))))["group_id"] == group_id
     finally:
         reopened.close()
+
+
+def test_a_receipt_keeps_at_most_the_cap_of_each_kind_and_forgets_a_session_deleted_later(
+    service: Epimem, group_id: str
+) -> None:
+    many = [f"m{i}" for i in range(MAX_TARGETS + 7)]
+    trail = service.memory.audit
+    trail.record(
+        group_id, AuditAction.RETENTION_SWEEP, "ops", targets=["s1"], receipt={"messages": many, "sessions": ["s1"]}
+    )
+    service.add_messages(group_id, "s1", chat("s1", 2, start=T0))
+    service.delete_session(group_id, "s1")
+    (entry,) = [e for e in service.audit(group_id).entries if e.action is AuditAction.RETENTION_SWEEP]
+    assert entry.counts == {"messages": MAX_TARGETS + 7, "sessions": 1} and entry.ids_left_out == 7
+    assert entry.ids["messages"] == many[:MAX_TARGETS]
+    assert entry.ids["sessions"] == [ERASED] and entry.target_ids == [ERASED]  # the session was deleted since

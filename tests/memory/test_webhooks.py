@@ -63,7 +63,7 @@ def test_every_change_arrives_signed_in_order_with_ids_not_content(
     with WebhookReceiver(SECRET) as receiver, WebhookReceiver(SECRET) as bystander:
         mine = service.create_webhook(receiver.url, SECRET, [f"{group_id}*"], actor="ops")
         service.create_webhook(bystander.url, SECRET, ["someone-else"])
-        assert mine.public().keys() >= {"id", "url", "groups"} and "secret" not in mine.public()
+        assert mine.model_dump().keys() >= {"id", "url", "groups"} and "secret" not in mine.model_dump()
 
         service.add_messages(group_id, "s1", chat("s1", 4, start=T0, marker=marker), actor="app")
         service.add_messages(group_id, "s2", chat("s2", 2, start=T0 + timedelta(days=3)))
@@ -265,7 +265,7 @@ def test_hosts_need_the_allow_list_and_secrets_stay_secret(
         delivery.close()
     (attempt,) = allowing.webhook_deliveries(subscription.id).attempts
     assert (attempt.outcome, attempt.status_code, attempt.error) == ("failed", 500, "HTTP 500")
-    listed = [s.public() for s in allowing.webhook_subscriptions()]
+    listed = [s.model_dump() for s in allowing.webhook_subscriptions()]
     assert listed and all("secret" not in s for s in listed)
     logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
     assert SECRET not in logged and "whsec" not in logged

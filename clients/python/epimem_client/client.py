@@ -5,7 +5,8 @@
         memory.add_messages("team", "chat-1", [{"id": "1", "content": "Ana adopted a dog called Rex."}])
         hits = memory.search("team", "Who has a dog?")
 
-``AsyncEpimemClient`` has the same methods as coroutines. Each operation is described once (a
+``AsyncEpimemClient`` has the same methods as coroutines; the operator's calls (retention, webhooks) are
+``epimem_client.operations``. Each operation is described once (a
 ``Call``: request + parser); the two clients only differ in how they send it. Results are the wire
 models of ``epimem_client.models``; errors are the ``epimem_client.errors`` classes, and a server that
 cannot be reached raises ``ServerUnreachableError``.
@@ -37,6 +38,7 @@ from epimem_client.models import (
     SessionInfo,
     TimelinePage,
 )
+from epimem_client.operations import AsyncOperations, Operations
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -80,7 +82,7 @@ class _Client(Generic[H]):
         }
 
 
-class EpimemClient(_Client[httpx.Client]):
+class EpimemClient(_Client[httpx.Client], Operations):
     """Synchronous client: ``EpimemClient(base_url, api_key=..., timeout=..., http=...)``."""
 
     _http_class = httpx.Client
@@ -234,7 +236,7 @@ class EpimemClient(_Client[httpx.Client]):
         return self._do(Calls.group_stats(group_id))
 
 
-class AsyncEpimemClient(_Client[httpx.AsyncClient]):
+class AsyncEpimemClient(_Client[httpx.AsyncClient], AsyncOperations):
     """The same operations as coroutines, on ``httpx.AsyncClient``."""
 
     _http_class = httpx.AsyncClient

@@ -201,6 +201,9 @@ class AuditEntry(WireModel):
     session_id: str | None
     target_ids: list[str]
     target_count: int
+    counts: dict[str, int] = Field(default_factory=dict)  # a retention sweep's receipt: how many of each kind
+    ids: dict[str, list[str]] = Field(default_factory=dict)  # ... and which (at most 100 of each kind)
+    ids_left_out: int = 0
 
 
 class AuditPage(WireModel):
@@ -208,7 +211,73 @@ class AuditPage(WireModel):
     next_cursor: str | None
 
 
+class StoredPolicy(WireModel):
+    """A retention policy: messages older than ``max_age_days`` (by ``timestamp`` or ``arrival``) are erased."""
+
+    max_age_days: float
+    by: str = "timestamp"
+    session_id: str | None = None
+    updated_at: datetime
+
+
+class RetentionPolicies(WireModel):
+    group_id: str
+    group: StoredPolicy | None
+    sessions: list[StoredPolicy]
+
+
+class RetentionReceipt(WireModel):
+    """What a sweep erased (or, in a dry run, would erase): ids and counts, never content."""
+
+    group_id: str
+    dry_run: bool
+    swept_at: datetime
+    sessions: list[str] = Field(default_factory=list)
+    messages: list[str] = Field(default_factory=list)
+    episodes: list[str] = Field(default_factory=list)
+    summaries: list[str] = Field(default_factory=list)
+    repaired: list[str] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+
+
+class Cleared(WireModel):
+    cleared: bool
+
+
+class WebhookOut(WireModel):
+    """A webhook subscription (its secret is never shown after it was made)."""
+
+    id: str
+    url: str
+    groups: list[str]
+    created_at: str
+    created_by: str
+    description: str | None = None
+
+
+class Attempt(WireModel):
+    at: str
+    event_id: str
+    event_type: str
+    session_id: str | None
+    outcome: str
+    status_code: int | None = None
+    error: str | None = None
+    failures: int = 0
+    duration_ms: float = 0.0
+
+
+class DeliveryLog(WireModel):
+    subscription: dict[str, Any]
+    pending: int
+    attempts: list[Attempt]
+
+
 # Response wrappers: every response is a JSON object that can grow.
+class WebhooksOut(WireModel):
+    webhooks: list[WebhookOut]
+
+
 class CorrectedOut(WireModel):
     episode: Episode
 

@@ -250,6 +250,7 @@ export interface paths {
          * Import JSON Lines written by export (idempotent)
          * @description Streams in (up to `max_import_bytes`); adds what the group lacks, never changes it (409). A write key
          *     imports sessions and messages; episodes, revisions and embeddings need an admin key for '*' (docs/trust.md).
+         *     The messages it adds count against the key's and the group's limits as an add's do (429 over one).
          */
         post: operations["import_group_v1_groups__group_id__import_post"];
         delete?: never;
@@ -851,6 +852,26 @@ export interface components {
              * @default 0
              */
             target_count?: number;
+            /**
+             * Counts
+             * @description a retention sweep: how many of each kind it erased (or repaired)
+             */
+            counts?: {
+                [key: string]: number;
+            };
+            /**
+             * Ids
+             * @description a retention sweep: the ids of each kind, at most 100 of each
+             */
+            ids?: {
+                [key: string]: string[];
+            };
+            /**
+             * Ids Left Out
+             * @description ids of `ids` left out by that cap
+             * @default 0
+             */
+            ids_left_out?: number;
         };
         /** AuditPage */
         AuditPage: {
@@ -2181,7 +2202,10 @@ export interface components {
             /** Messages Today */
             messages_today: number;
         };
-        /** WebhookOut */
+        /**
+         * WebhookOut
+         * @description A webhook subscription as the surfaces show it: everything but its secret.
+         */
         WebhookOut: {
             /** Id */
             id: string;

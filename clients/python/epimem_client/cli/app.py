@@ -11,7 +11,7 @@ from typing import Any
 import typer
 import typer.core
 
-from epimem_client.cli import corrections, groups, recall
+from epimem_client.cli import corrections, groups, operations, recall
 from epimem_client.cli.output import fail
 from epimem_client.cli.target import SERVER_INSTALL
 
@@ -50,7 +50,7 @@ if hasattr(typer.core.TyperArgument, "_usage_display_name"):
 def new_app() -> typer.Typer:
     """An ``epimem`` app with every command that reads or writes a group."""
     app = typer.Typer(name="epimem", help=HELP, no_args_is_help=True, add_completion=False)
-    for module in (recall, groups, corrections):
+    for module in (recall, groups, corrections, operations):
         module.register(app)
     return app
 

@@ -110,6 +110,8 @@ def audit(
         targets = ", ".join(entry.target_ids) + (
             f" (+{entry.target_count - len(entry.target_ids)})" * (entry.target_count > len(entry.target_ids))
         )
+        if entry.counts:  # a retention sweep's receipt (its ids: --json)
+            targets += "; " + ", ".join(f"{count} {kind}" for kind, count in entry.counts.items())
         table.add_row(
             entry.at.strftime("%Y-%m-%d %H:%M:%S"), entry.actor, text(entry.action), entry.session_id, targets
         )
