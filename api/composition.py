@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedder
 from memory.embedding.lazy import LazyEmbedder
+from memory.engine.folder_lock import release_folder
 from memory.episodes.generation import OfflineEpisodeGenerator, ReportingGenerator
 from memory.episodes.segmentation import HeuristicSegmenter, SegmentationPolicy, Segmenter
 from memory.events import SessionOrder
@@ -30,11 +31,11 @@ from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.sweeper import RetentionSweeper
 from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
+from memory.readmodel.model import ReadModel
 from memory.service import MemoryService
 from memory.store.bounded import CollectionSlots
 from memory.store.connection import open_connection
 from memory.store.factory import Store, open_store
-from memory.store.folder_lock import release_folder
 from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
 from retrieval.overview import Overview
@@ -79,8 +80,9 @@ def _build(
     generator: ReportingGenerator | None,
 ) -> ServiceParts:
     embedder = embedder or lazy_embedder(settings)
-    store = open_store(build_connection(settings, closers), model_id=embedder.model_id, persist=True)
-    closers.callback(store.vectors.snapshots.close)  # before the folder lock goes: snapshots kept for the next start
+    store = open_store(build_connection(settings, closers), model_id=embedder.model_id)
+    read_model = ReadModel(store, persist=True)
+    closers.callback(read_model.close)  # before the folder lock goes: snapshots kept for the next start
     client = llm_client(settings, closers)
     if generator is None:
         generator = build_generator(settings, client)
@@ -137,6 +139,7 @@ def _build(
         if background
         else None,
         llm_components=llm_components,
+        read_cache=read_model.stats,
         closers=[closers.close],
         events=events,
     )
@@ -147,7 +150,7 @@ def _build(
             interval_s=settings.retention_sweep_interval_s,
         )
         closers.callback(sweeper.close)
-    return read_side(settings, memory, embedder, webhooks)
+    return read_side(settings, memory, read_model, embedder, webhooks)
 
 
 @dataclass(frozen=True)
@@ -157,24 +160,28 @@ class ServiceParts:
     settings: Settings
     memory: MemoryService
     embedder: ServiceEmbedder
+    read_model: ReadModel
     searcher: Searcher
     context_builder: ContextBuilder
     overview: Overview
     webhooks: Webhooks
 
 
-def read_side(settings: Settings, memory: MemoryService, embedder: ServiceEmbedder, webhooks: Webhooks) -> ServiceParts:
-    """The read path over the memory service (its caches told of every change)."""
+def read_side(
+    settings: Settings, memory: MemoryService, read_model: ReadModel, embedder: ServiceEmbedder, webhooks: Webhooks
+) -> ServiceParts:
+    """The read path over the read model, which the memory service tells of every change it announces
+    (deletion receipts name it "keyword-index": the group's kept copy and keyword index are patched or dropped)."""
     store = memory.store
-    searcher = Searcher(vectors=store.vectors, log=store.log, embedder=embedder)
-    memory.subscribe("keyword-index", searcher.forget_group)
+    memory.subscribe("keyword-index", read_model.scrub)
     wordpieces = embedder.count_tokens if settings.context_token_count == "wordpieces" else None
     return ServiceParts(
         settings=settings,
         memory=memory,
         embedder=embedder,
-        searcher=searcher,
-        context_builder=ContextBuilder(searcher=searcher, count_wordpieces=wordpieces),
+        read_model=read_model,
+        searcher=Searcher(read_model=read_model, embedder=embedder),
+        context_builder=ContextBuilder(read_model=read_model, embedder=embedder, count_wordpieces=wordpieces),
         overview=Overview(log=store.log, vectors=store.vectors),
         webhooks=webhooks,
     )

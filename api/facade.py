@@ -39,13 +39,14 @@ from memory.models import (
     check_client_metadata,
     check_scope_id,
 )
+from memory.readmodel.model import ReadModel
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
 from memory.timeutil import to_utc, utc_now
 from memory.tracing import memory_operation
 from memory.webhooks.hub import Webhooks
 from retrieval.context import ContextBuilder
-from retrieval.filters import shown_episodes
+from retrieval.filters import filter_match, shown_episodes
 from retrieval.overview import GroupStats, Histogram, Overview, SessionStats
 from retrieval.search import Searcher
 from retrieval.timeline import timeline as read_timeline
@@ -82,6 +83,7 @@ class Epimem(Corrections, Operations):
         settings: Settings,
         memory: MemoryService,
         embedder: ServiceEmbedder,
+        read_model: ReadModel,
         searcher: Searcher,
         context_builder: ContextBuilder,
         overview: Overview,
@@ -90,6 +92,7 @@ class Epimem(Corrections, Operations):
         self.settings = settings
         self.memory = memory
         self.embedder = embedder
+        self.read_model = read_model
         self.searcher = searcher
         self.context_builder = context_builder
         self._overview = overview
@@ -187,10 +190,8 @@ class Epimem(Corrections, Operations):
         _session_scope(group_id, session_id)
         read_scope = Scope(**scope)
         wanted = read_scope.filter
-        passing = None
-        if wanted is not None:
-            match = self.searcher.filter_match(group_id, wanted)
-            passing = functools.partial(shown_episodes, self.searcher, group_id, match)
+        group = self.read_model.reader(group_id)
+        passing = functools.partial(shown_episodes, group, filter_match(group, wanted)) if wanted is not None else None
         return read_timeline(
             self.memory.store.vectors,
             group_id,
@@ -200,18 +201,18 @@ class Epimem(Corrections, Operations):
             cursor=cursor,
             direction=Direction(order),
             passing=passing,
-            open_episodes=self.searcher.open_episodes(group_id).values(),
+            open_episodes=group.open_episodes().values(),
         )
 
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
         _scope_ids(group_id, session_id)
-        episode = self.searcher.episode(group_id, session_id, episode_id)
+        episode = self.read_model.reader(group_id).episode(session_id, episode_id)
         if episode is None:
             raise NotFoundError(f"no episode {episode_id!r} in this session")
         return episode
 
     def episode_messages(self, group_id: str, episode: Episode) -> list[Message]:
-        return self.searcher.source_messages(group_id, episode)
+        return self.read_model.reader(group_id).source_messages(episode)
 
     def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
         """The session's messages in event-time order, paged. Always scoped to one session."""
@@ -271,7 +272,7 @@ class Epimem(Corrections, Operations):
         """How many episodes of the scope (open episodes included, as in the timeline) fall in each of
         ``buckets`` slices of its window, per session."""
         _scope_ids(group_id)
-        opened = self.searcher.open_episodes(group_id).values()
+        opened = self.read_model.reader(group_id).open_episodes().values()
         return self._overview.histogram(group_id, scope, buckets=buckets, open_episodes=opened)
 
     def vector_count(self, group_id: str) -> int:
@@ -338,7 +339,7 @@ class Epimem(Corrections, Operations):
     def summary_sources(self, group_id: str, summary: Episode) -> list[Episode]:
         """The episodes a summary compacts, in time order (expand further with ``episode_messages``)."""
         _scope_ids(group_id)
-        found = self.searcher.load_episodes(group_id, list(summary.source_episode_ids))
+        found = self.read_model.reader(group_id).episodes(list(summary.source_episode_ids))
         return sorted(found.values(), key=lambda e: (e.timestamp, e.uuid))
 
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:

@@ -42,9 +42,9 @@ from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.log_reads import LogReads
 from memory.models import BoundaryReason, Episode, Message
+from memory.readmodel.model import CacheStats
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt, RedactionReceipt
 from memory.store.factory import Store
-from memory.store.snapshots import CacheStats
 from memory.upkeep import Upkeep
 
 log = logging.getLogger("epimem")
@@ -62,7 +62,7 @@ class ServiceStats:
     open_collections: int
     formation_queue: int | None  # None without a background worker
     formation_failures: int
-    read_cache: CacheStats | None = None  # the read path's snapshots (memory.store.snapshots)
+    read_cache: CacheStats | None = None  # what the read model holds (memory.readmodel.model)
 
 
 class MemoryService(LogReads, Upkeep):
@@ -81,6 +81,7 @@ class MemoryService(LogReads, Upkeep):
         retention: Retention,
         worker: FormationWorker | None = None,
         llm_components: Mapping[str, Reporting[LLMCallStats]] | None = None,
+        read_cache: Callable[[], CacheStats] | None = None,
         closers: Sequence[Callable[[], None]] = (),
         events: SessionOrder | None = None,
     ) -> None:
@@ -97,6 +98,7 @@ class MemoryService(LogReads, Upkeep):
         self.audit = AuditTrail(store.log)
         self._worker = worker
         self._llm_components = dict(llm_components or {})
+        self._read_cache = read_cache  # the read model's figures (the service holds nothing of it)
         self._closers = list(closers)
         self.events = events or SessionOrder()  # every change (memory.events); the ingestor's formations too
         self._gate = ReadersWriterLock()
@@ -368,5 +370,5 @@ class MemoryService(LogReads, Upkeep):
             open_collections=self.store.admin.open_collections,
             formation_queue=len(worker.pending()) if worker is not None else None,
             formation_failures=worker.failures if worker is not None else 0,
-            read_cache=self.store.vectors.snapshots.stats(),
+            read_cache=self._read_cache() if self._read_cache is not None else None,
         )

@@ -106,16 +106,6 @@ def traced(
     return decorate
 
 
-def read_attributes(_owner: Any, group_id: str, query: Any, *_args: Any, **kwargs: Any) -> dict[str, Any]:
-    """``before`` for a read of one group: the hashed group, k, budget or depth; never the query."""
-    return {
-        "group_hash": group_hash(group_id),
-        "k": getattr(query, "k", None),
-        "budget": getattr(query, "token_budget", None),
-        "depth": kwargs.get("depth"),
-    }
-
-
 def memory_operation(
     operation: str, before: Callable[..., dict[str, Any]], after: Callable[[Any], dict[str, Any]] | None = None
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:

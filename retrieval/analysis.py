@@ -1,6 +1,7 @@
 """The query understood once per request: who it names, the text to match without those names, the
 time window its scope asks for and the times the query mentions. Search and context both take this
-one value; nothing below them reads the query's words again.
+one value, in a ``Request`` with the query and the group as the request reads it; nothing below them reads
+the query's words again.
 
 - **names**: a speaker is named by id or by another name of theirs ("What are Kate's hobbies?" names
   ``emi`` whom the others call Kate: retrieval.names); with ``names_to_ids`` those other names are
@@ -18,8 +19,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from memory.readmodel.reader import GroupReader
 from retrieval.names import named_in, with_ids, without_names
+from retrieval.policy import ScoringPolicy
 from retrieval.scope import resolve_window
+from retrieval.speaker_names import speaker_names
 from retrieval.timewindow import TimeMention, TimeWindow, time_mentions
 from retrieval.types import ContextQuery, SearchQuery
 
@@ -60,3 +64,27 @@ def analyse(
         mentions=tuple(time_mentions(text, reference=query.reference_time, timezone=query.timezone)),
         asks_when=bool(_ASKS_WHEN.search(text)),
     )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One read (a search or a context) as its stages take it: the group at the version this request reads,
+    the query, and what the query means."""
+
+    group: GroupReader
+    query: Query
+    analysis: QueryAnalysis
+
+
+def understand(group: GroupReader, query: Query, policy: ScoringPolicy) -> Request:
+    """The request for ``query``: the query analysed once against the group's speakers and their other names."""
+    analysis = analyse(
+        query,
+        speakers=group.speakers(),
+        names=speaker_names(group),
+        names_to_ids=policy.names_to_ids,
+        other_names=policy.other_names,
+        strip_names=policy.strip_names,
+        first_person=policy.first_person,
+    )
+    return Request(group, query, analysis)

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.store.row_buffer import RowBuffer, appended
+from memory.readmodel.row_buffer import RowBuffer, appended
 
 _STEM_LOCK = threading.Lock()  # PyStemmer objects are not thread-safe
 
@@ -78,7 +78,7 @@ class Postings:
         return _sorted(vocabulary, docs, tokens, counts, lengths)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The state, as arrays (memory.store.snapshot_files keeps it on disk); ``restore`` reads it."""
+        """The state, as arrays (memory.readmodel.files keeps it on disk); ``restore`` reads it."""
         words = sorted(self.vocabulary, key=self.vocabulary.__getitem__)  # ids are 0 … n-1
         return {
             "vocabulary": np.frombuffer(json.dumps(words, ensure_ascii=False).encode("utf-8"), dtype=np.uint8),

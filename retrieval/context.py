@@ -27,20 +27,24 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
+from memory.embedding.embedder import ServiceEmbedder
 from memory.models import Episode, Message
+from memory.readmodel.model import ReadModel
+from memory.readmodel.open_episodes import is_pending
 from memory.text import message_line
 from memory.timeutil import format_date, to_utc
-from memory.tracing import read_attributes, traced
-from retrieval.analysis import QueryAnalysis
-from retrieval.candidates import Candidate
+from memory.tracing import group_hash, traced
+from retrieval.analysis import Request, understand
+from retrieval.candidates import Candidate, candidates
+from retrieval.filters import filter_match
+from retrieval.message_rows import group_rows
 from retrieval.names import named_in
-from retrieval.pending import is_pending
-from retrieval.request_snapshot import reading
-from retrieval.scoring import ScoringPolicy, score_messages
-from retrieval.search import Searcher
+from retrieval.policy import ScoringPolicy
+from retrieval.scoring import DERIVED, score_messages
 from retrieval.spread import spread_order
 from retrieval.types import Citation, ContextQuery, ContextResult
 
@@ -174,11 +178,25 @@ class _LineCosts:
         return chars, wordpieces
 
 
+def _attributes(_builder: Any, group_id: str, query: ContextQuery) -> dict[str, Any]:
+    return {"group_hash": group_hash(group_id), "budget": query.token_budget}
+
+
 class ContextBuilder:
+    """Context for a prompt: a straight pipeline over one reader of the group (memory.readmodel): the query
+    understood, candidates (unless the whole group's messages are scored), messages scored, packed."""
+
     def __init__(
-        self, *, searcher: Searcher, count_wordpieces: TokenCounter | None = None, policy: PackingPolicy | None = None
+        self,
+        *,
+        read_model: ReadModel,
+        embedder: ServiceEmbedder,
+        count_wordpieces: TokenCounter | None = None,
+        policy: PackingPolicy | None = None,
     ) -> None:
-        self._searcher = searcher
+        self.read_model = read_model
+        self._embedder = embedder
+        read_model.register(*DERIVED)
         self._wordpieces = count_wordpieces
         self.policy = policy or PackingPolicy()
         # Messages recur across queries: their wordpiece counts are kept (bounded, least recently used out).
@@ -195,18 +213,16 @@ class ContextBuilder:
         """(characters, wordpieces) of the lines, each preceded by its newline."""
         return sum(len(line) + 1 for line in lines), sum(self._line_wordpieces(line) for line in lines)
 
-    @traced("epimem.context.pack", read_attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
+    @traced("epimem.context.pack", _attributes, lambda r: {"tokens": r.tokens, "pieces": len(r.citations)})
     def build(self, group_id: str, query: ContextQuery) -> ContextResult:
-        with reading(self._searcher, group_id):  # one version of the group for the whole request
-            return self._build(group_id, query)
-
-    def _build(self, group_id: str, query: ContextQuery) -> ContextResult:
         policy = self.policy.at_budget(query.token_budget)
+        # What this request reads: one version of the group for the whole request, other servers' writes too.
+        group = self.read_model.reader(group_id, fresh=True)
         # Scoring the whole group's messages needs no candidate ranking (one vector query less).
-        whole_group = policy.select == "group" and self._searcher.group_rows(group_id, fresh=True) is not None
-        analysis = self._searcher.analyse(group_id, query, policy)
-        candidates = [] if whole_group else self._searcher.candidates(group_id, query, analysis, depth=policy.depth)
-        ranked, plain, values, vectors = self._rank(group_id, candidates, query, analysis, policy)
+        whole_group = policy.select == "group" and group_rows(group) is not None
+        request = understand(group, query, policy)
+        found = [] if whole_group else candidates(request, self._embedder, depth=policy.depth)
+        ranked, plain, values, vectors = self._rank(request, found, policy)
         days = policy.day_headers and not policy.titles
         packer = _Packer(self, days=days)
         # The reserved share first: the best matches before the speaker prior, in their order, until they hold
@@ -268,27 +284,21 @@ class ContextBuilder:
         return gained[0] - lost[0], gained[1] - lost[1]
 
     def _rank(
-        self,
-        group_id: str,
-        candidates: list[Candidate],
-        query: ContextQuery,
-        analysis: QueryAnalysis,
-        policy: PackingPolicy,
+        self, request: Request, found: list[Candidate], policy: PackingPolicy
     ) -> tuple[list[tuple[_Piece, int]], list[tuple[_Piece, int]], list[float], np.ndarray | None]:
         """Every message of the best episodes, best first (those a filter lets pass); (``plain_share``) the
         same by their score before the speaker prior; the scores of the first; (``redundancy``, ``echo``) their
         vectors."""
         ranked: list[tuple[float, float, _Piece, int]] = []
         kept: dict[tuple[str, int], np.ndarray] = {}
-        match = self._searcher.filter_match(group_id, query.filter) if query.filter is not None else None
-        reserve = policy.plain_share > 0 and bool(analysis.named)
+        wanted = request.query.filter
+        match = filter_match(request.group, wanted) if wanted is not None else None
+        reserve = policy.plain_share > 0 and bool(request.analysis.named)
         scored_episodes = score_messages(
-            self._searcher,
-            group_id,
-            candidates,
-            query,
-            analysis,
+            request,
+            found,
             policy,
+            self._embedder,
             plain_episodes=reserve,
             vectors=policy.redundancy > 0 or policy.echo > 0,
         )

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from retrieval.scoring import unit
+from memory.readmodel.reader import unit
 from retrieval.types import SearchHit
 
 # Two hits whose episode vectors are at least this similar are near-duplicates: the lower one goes.

@@ -31,8 +31,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from memory.episodes.offline import offline_title
 from memory.models import MAX_ID_LENGTH, Episode, EpisodeType, GenerationMethod, Message, Role, Segment
+from memory.readmodel.reader import GroupReader
 from memory.store.records import VectorRecord
 from memory.text import clip, message_line
+from retrieval.speaker_names import speaker_names
 
 MAX_KEY_LENGTH = 100
 MAX_KEYS = 20
@@ -148,14 +150,6 @@ class FilterMatch:
         return any(self.message(m, episode) for m in messages)
 
 
-class Reads(Protocol):
-    """What the filters read of a group (retrieval.search.Searcher has it)."""
-
-    def load_episodes(self, group_id: str, episode_ids: list[str]) -> dict[str, Episode]: ...
-
-    def messages_of(self, group_id: str, episodes: list[Episode]) -> dict[str, list[Message]]: ...
-
-
 class Ranked(Protocol):
     """A ranked record (retrieval.candidates.Candidate)."""
 
@@ -172,9 +166,14 @@ class Ranked(Protocol):
 C = TypeVar("C", bound=Ranked)
 
 
-def shown_episodes(searcher: Reads, group_id: str, match: FilterMatch, episodes: list[Episode]) -> dict[str, Episode]:
+def filter_match(group: GroupReader, wanted: RecallFilter) -> FilterMatch:
+    """The filter bound to the group's speakers' names."""
+    return FilterMatch(wanted, speaker_names(group))
+
+
+def shown_episodes(group: GroupReader, match: FilterMatch, episodes: list[Episode]) -> dict[str, Episode]:
     """The episodes that pass the filter, by id, each as the filter shows it (``shown``)."""
-    messages = searcher.messages_of(group_id, [e for e in episodes if not e.source_episode_ids])
+    messages = group.messages([e for e in episodes if not e.source_episode_ids])
     found = {}
     for episode in episodes:
         own = messages.get(episode.uuid, [])
@@ -203,10 +202,10 @@ def shown(episode: Episode, messages: Sequence[Message], passing: Sequence[Messa
     )
 
 
-def passing_candidates(searcher: Reads, group_id: str, match: FilterMatch, candidates: Sequence[C]) -> list[C]:
+def passing_candidates(group: GroupReader, match: FilterMatch, candidates: Sequence[C]) -> list[C]:
     """The candidates whose episode passes and, for a message, whose message passes too."""
-    episodes = searcher.load_episodes(group_id, sorted({c.episode_id for c in candidates}))
-    messages = searcher.messages_of(group_id, [e for e in episodes.values() if not e.source_episode_ids])
+    episodes = group.episodes(sorted({c.episode_id for c in candidates}))
+    messages = group.messages([e for e in episodes.values() if not e.source_episode_ids])
     passing = {e for e, episode in episodes.items() if match.episode(episode, messages.get(e, []))}
     by_id = {(e, m.id): m for e, found in messages.items() for m in found}
     kept = []

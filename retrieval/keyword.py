@@ -6,23 +6,19 @@ stopwords are dropped so question words ("what", "when") carry no weight.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memory.readmodel.patch import Patch
+from memory.readmodel.reader import Columns, Derivation, GroupReader
 from memory.store.records import VectorRecord
 from retrieval.bm25 import Postings, tokenize
 
-__all__ = ["KeywordCache", "KeywordIndex", "keyword_text", "tokenize"]
-
-if TYPE_CHECKING:
-    from memory.store.group_snapshot import GroupSnapshot
-    from memory.store.snapshots import SnapshotCache
+__all__ = ["KEYWORDS", "KeywordIndex", "keyword_index", "keyword_text", "tokenize"]
 
 
 def keyword_text(record: VectorRecord) -> str:
@@ -30,27 +26,24 @@ def keyword_text(record: VectorRecord) -> str:
     return f"{record.title} {record.producer_id} {record.document}"
 
 
-_SERIALS = itertools.count()
-
-
-def _text(snapshot: GroupSnapshot, position: int) -> str:
+def _text(snapshot: Columns, position: int) -> str:
     """``keyword_text`` of a record, from the snapshot's columns."""
     return f"{snapshot.titles[position]} {snapshot.producers[position]} {snapshot.documents[position]}"
 
 
-def _texts(snapshot: GroupSnapshot, positions: Iterable[int]) -> list[str]:
+def _texts(snapshot: Columns, positions: Iterable[int]) -> list[str]:
     return [_text(snapshot, position) for position in positions]
 
 
 class KeywordIndex:
     """BM25 over every record of a group (episodes, summaries and messages), in the order of the group's
-    read snapshot (memory.store.snapshots).
+    read snapshot (memory.readmodel.snapshot).
 
     The same scores as bm25s's (Lucene variant, k1 1.5, b 0.75; tests/retrieval/test_keyword_patches.py
     compares them), computed per query from postings instead of from a precomputed score matrix: a
     matrix depends on the document count and the average length, so every write would change all of
     it, while postings (one entry per record and distinct token: record position, token, count) change
-    only where records do. A snapshot patched with what writes changed (memory.store.snapshot_patch)
+    only where records do. A snapshot patched with what writes changed (memory.readmodel.patch)
     gets its index by ``patched``: the rows of unchanged records kept and renumbered, only new or
     rewritten texts tokenized.
     """
@@ -59,7 +52,7 @@ class KeywordIndex:
     K1 = 1.5
     B = 0.75
 
-    def __init__(self, snapshot: GroupSnapshot, *, postings: Postings | None = None) -> None:
+    def __init__(self, snapshot: Columns, *, postings: Postings | None = None) -> None:
         # Held weakly: the snapshot keeps this index (``derived``), and a cycle between them left every
         # replaced snapshot of a written group to the garbage collector, whose young collections then
         # walked each one's columns and messages (a big group: ~100 ms pauses every few writes).
@@ -72,12 +65,11 @@ class KeywordIndex:
         self._scores: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self._postings = postings if postings is not None else Postings.of(_texts(snapshot, range(self._size)))
-        self.serial = next(_SERIALS)
         self.is_patched = postings is not None
 
-    def patched(self, snapshot: GroupSnapshot, patch: Any, previous: GroupSnapshot) -> KeywordIndex:
+    def patched(self, snapshot: Columns, patch: Patch, previous: Columns) -> KeywordIndex:
         """This index for ``snapshot``, patched from ``previous`` (this index's snapshot) by ``patch``
-        (memory.store.snapshot_patch.Patch): only the texts of new and rewritten records are read."""
+        (memory.readmodel.patch.Patch): only the texts of new and rewritten records are read."""
         old_of_new: np.ndarray = patch.old_of_new
         stale = np.flatnonzero(old_of_new < 0)
         rewritten = [int(p) for p in patch.rewritten if _text(snapshot, int(p)) != _text(previous, int(old_of_new[p]))]
@@ -91,7 +83,7 @@ class KeywordIndex:
         return KeywordIndex(snapshot, postings=postings)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """What is kept on disk with the snapshot (memory.store.snapshot_files): the postings."""
+        """What is kept on disk with the group (memory.readmodel.files): the postings."""
         return self._postings.arrays()
 
     @property
@@ -103,7 +95,7 @@ class KeywordIndex:
         return self._snapshot.record(position)
 
     @property
-    def _snapshot(self) -> GroupSnapshot:
+    def _snapshot(self) -> Columns:
         snapshot = self._snapshot_ref()
         if snapshot is None:  # callers read an index through the snapshot they hold
             raise RuntimeError("the keyword index outlived its snapshot")
@@ -165,53 +157,31 @@ class KeywordIndex:
         return [(self._snapshot.record(int(position)), float(scores[position])) for position in ordered]
 
 
-class KeywordCache:
-    """The keyword index of each group, kept with the group's read snapshot (memory.store.snapshots):
-    one per version of the group's records (built from scratch, or patched from the previous version's
-    when the snapshot was: ``KeywordIndex.patched``), dropped with the snapshot (LRU over groups within
-    the read cache's byte bound) or patched at once after a delete (``forget``).
+class Keywords(Derivation[KeywordIndex]):
+    """The keyword index of a group, kept with its version in the read model: built from scratch, or patched
+    from the previous version's when the group was (``KeywordIndex.patched``), and kept on disk with it."""
 
-    ``builds``: indexes made for a new version, either way; ``patches``: those of them patched."""
+    key = "keyword-index"
 
-    KEY = "keyword-index"
+    def build(self, group: GroupReader) -> KeywordIndex:
+        return KeywordIndex(group.columns)
 
-    def __init__(self, snapshots: SnapshotCache | None = None) -> None:
-        self._snapshots = snapshots
-        self._lock = threading.Lock()
-        self._seen: dict[str, int] = {}  # group -> serial of the last index handed out
-        if snapshots is not None:  # a snapshot loaded from disk gets its index back, not tokenized again
-            snapshots.restorers[self.KEY] = lambda snapshot, arrays: KeywordIndex(
-                snapshot, postings=Postings.restore(arrays)
-            )
-        self.builds = 0
-        self.patches = 0
+    def size(self, value: KeywordIndex) -> int:
+        return value.nbytes
 
-    def get(self, snapshot: GroupSnapshot) -> KeywordIndex:
-        built = not snapshot.has(self.KEY)
-        index: KeywordIndex = snapshot.derived(self.KEY, lambda: KeywordIndex(snapshot), size=lambda i: i.nbytes)
-        with self._lock:
-            if self._seen.get(snapshot.group_id) != index.serial:  # an index for a new version
-                self._seen[snapshot.group_id] = index.serial
-                self.builds += 1
-                self.patches += int(index.is_patched)
-        if built and self._snapshots is not None:
-            self._snapshots.trim()  # the snapshot grew by its index: apply the bounds again
-        return index
+    def patched(self, value: KeywordIndex, columns: Columns, patch: Patch, previous: Columns) -> KeywordIndex:
+        return value.patched(columns, patch, previous)
 
-    @property
-    def entries(self) -> dict[str, tuple[Any, KeywordIndex]]:
-        """group -> (version, index) of every cached group whose index is built (tests read it)."""
-        if self._snapshots is None:
-            return {}
-        found = {}
-        for group_id in self._snapshots.groups():
-            snapshot = self._snapshots.cached(group_id)
-            if snapshot is not None and snapshot.has(self.KEY):
-                found[group_id] = (snapshot.version, snapshot.derived(self.KEY, lambda: None))
-        return found
+    def saved(self, value: KeywordIndex) -> dict[str, np.ndarray]:
+        return value.arrays()
 
-    def forget(self, group_id: str) -> None:
-        """After a delete: nothing deleted stays in the group's cached snapshot or index (patched at once
-        or dropped: memory.store.snapshots.SnapshotCache.scrub)."""
-        if self._snapshots is not None:
-            self._snapshots.scrub(group_id)
+    def restored(self, columns: Columns, arrays: dict[str, np.ndarray]) -> KeywordIndex:
+        return KeywordIndex(columns, postings=Postings.restore(arrays))
+
+
+KEYWORDS = Keywords()
+
+
+def keyword_index(group: GroupReader) -> KeywordIndex:
+    """The group's BM25 index; built once per version of the group's records, never per query."""
+    return group.derived(KEYWORDS)

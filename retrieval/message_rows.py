@@ -1,8 +1,10 @@
 """The messages of a set of episodes as arrays, one row per message: what message scoring reads.
 
-Rows of one episode are consecutive and in event-time order (the order of ``Searcher.messages_of``).
-Vectors are not copied: each row and each episode points into a matrix of unit vectors (the group
-snapshot's ``directions`` for a whole group, or the vectors read for a few episodes).
+Rows of one episode are consecutive and in event-time order (the order of ``GroupReader.messages``).
+Vectors are not copied: each row and each episode points into a matrix of unit vectors
+(``GroupReader.vector_rows``: the group's own for a group held whole, or the vectors read for a few
+episodes). ``group_rows`` are every episode's, kept with the group's version; ``episode_rows`` a few
+episodes', made per request.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from memory.models import Episode, Message
-from memory.store.records import message_record_id
+from memory.readmodel.reader import KIND_CODE, Derivation, GroupReader
+from memory.store.records import EPISODE_KINDS, RecordKind, message_record_id
 from memory.timeutil import to_epoch
 
 _MONTH = (
@@ -105,6 +108,43 @@ def message_rows(
         asks=np.asarray([m.content.rstrip().endswith("?") for m in rows], dtype=bool),
         timed=np.asarray([_timed(m.content) for m in rows], dtype=bool),
     )
+
+
+def episode_rows(group: GroupReader, episode_ids: list[str]) -> MessageRows:
+    """The messages of those episodes (not summaries) as scoring rows, with their vectors."""
+    found = group.episodes(episode_ids)
+    episodes = [
+        e
+        for e in (found[i] for i in episode_ids if i in found)
+        if e.episode_type.value in EPISODE_KINDS and not e.source_episode_ids
+    ]
+    messages = group.messages(episodes)
+    record_ids = [message_record_id(e.session_id, m.id) for e in episodes for m in messages.get(e.uuid, [])]
+    matrix, vector_rows = group.vector_rows([e.uuid for e in episodes], record_ids)
+    return message_rows(episodes, messages, matrix, vector_rows, group.columns.positions)
+
+
+class GroupRows(Derivation[MessageRows]):
+    """Every episode's messages (open episodes' included) as scoring rows."""
+
+    key = "message-rows"
+
+    def build(self, group: GroupReader) -> MessageRows:
+        columns = group.columns
+        ids = [columns.ids[p] for p in np.flatnonzero(columns.kinds == KIND_CODE[RecordKind.EPISODE.value])]
+        return episode_rows(group, ids + sorted(group.open_episodes()))
+
+    def size(self, value: MessageRows) -> int:
+        return value.nbytes
+
+
+GROUP_ROWS = GroupRows()
+
+
+def group_rows(group: GroupReader) -> MessageRows | None:
+    """Every episode's messages as scoring rows, kept with the group's version; None unless the group is held
+    whole in memory (scoring every message of a group read from the store would read all of it)."""
+    return group.derived(GROUP_ROWS) if group.whole else None
 
 
 @functools.lru_cache(maxsize=1 << 17)

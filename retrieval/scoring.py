@@ -27,67 +27,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from memory.models import Episode, Message
+from memory.readmodel.reader import unit
 from memory.timeutil import to_epoch, utc_now
 from memory.tracing import group_hash, traced
-from retrieval.analysis import Query, QueryAnalysis
-from retrieval.candidates import Candidate, Loaded, episode_standing
-from retrieval.keyword import KeywordIndex
-from retrieval.message_rows import MessageRows
+from retrieval.analysis import Request
+from retrieval.candidates import Candidate, episode_standing
+from retrieval.keyword import KEYWORDS, keyword_index
+from retrieval.message_rows import GROUP_ROWS, MessageRows, episode_rows, group_rows
+from retrieval.policy import ScoringPolicy
+from retrieval.speaker_names import LEARNED_NAMES, SPEAKER_NAMES
 from retrieval.timewindow import TimeMention, TimeWindow
 
-
-@dataclass(frozen=True, kw_only=True)
-class ScoringPolicy:
-    """Weights of the message score; the defaults are chosen by leave-one-conversation-out on
-    LoCoMo dev and REALTALK dev (docs/benchmarks-recall.md)."""
-
-    depth: int = 200  # records taken from each ranking (vector and BM25)
-    max_episodes: int = 40  # episodes whose messages are returned
-    select: Literal["group", "episodes"] = "group"  # score every message, or those of the best-ranked episodes
-    keyword_weight: float = 0.3  # BM25 (divided by the query's best BM25 score) added to the cosine
-    # ... divided by at least this x the query's full-match scale (its tokens' idf summed; 0: the best score only):
-    # when only the query's common words are found, the best of those matches is not worth a full keyword match
-    keyword_ideal: float = 0.0
-    episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
-    neighbour_share: float = 0.2  # weight of the best adjacent message's own signal
-    speaker_bonus: float = 0.6  # added to the messages of a speaker the query names (by id or other name)
-    time_bonus: float = 0.5  # added to the messages from a time the query names
-    question_penalty: float = 0.1  # taken from a turn that ends with a question mark
-    episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
-    search_evidence: float = 2.0  # search: weight of an episode's best message score beside its fused rank
-    when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
-    strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
-    first_person: bool = False  # ... and one named speaker's name read as "I" / "my" (what their messages say)
-    names_to_ids: bool = False  # read a speaker's other names in the query as its id
-    other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
-    # The speaker bonus also for the best ``speaker_admit`` messages by their score before it, whoever said
-    # them: a question naming the wrong person ("What did Caroline realise after her charity race?" when
-    # Melanie ran it) still finds where it was really said.
-    speaker_admit: int = 0
-    other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
-    speaker_cap: bool = False  # the bonus also for a message that outscores every message of the named speakers
-    speaker_cap_margin: float = 0.0  # ... by more than this (with ``speaker_cap``)
-    # When another speaker's best message outscores every message of the named speakers by more than this
-    # (before the bonus), the question is read as naming the wrong person and the bonus goes to every
-    # message (None: never).
-    speaker_gate: float | None = None
+# What the read path derives from a group (memory.readmodel.reader.Derivation), registered with the read model
+# by search and context (patched with the group, kept on disk with it).
+DERIVED = (KEYWORDS, LEARNED_NAMES, SPEAKER_NAMES, GROUP_ROWS)
 
 
-class RowSource(Protocol):
-    """What scoring reads of a group (retrieval.search.Searcher)."""
+class QueryEmbedder(Protocol):
+    """What scoring asks of the embedder (memory.embedding.embedder.ServiceEmbedder has it)."""
 
-    def group_rows(self, group_id: str, *, fresh: bool = False) -> MessageRows | None: ...
-
-    def episode_rows(self, group_id: str, episode_ids: list[str], loaded: Loaded | None = None) -> MessageRows: ...
-
-    def keyword_scores(self, group_id: str, query: str) -> tuple[KeywordIndex, np.ndarray]: ...
-
-    def embed_query(self, query: str) -> np.ndarray: ...
+    def embed_query(self, text: str) -> np.ndarray: ...
 
 
 @dataclass
@@ -111,48 +75,40 @@ def _decay(age_days: Any, weight: float, half_life_days: float) -> Any:
     return (1.0 - weight) + weight * np.power(0.5, np.divide(age_days, half_life_days))
 
 
-def _scoring_attributes(
-    _source: Any,
-    group_id: str,
-    _candidates: Any,
-    _query: Any,
-    _analysis: Any,
-    policy: ScoringPolicy,
-    *_: Any,
-    **_options: Any,
-) -> dict:
-    return {"group_hash": group_hash(group_id), "select": policy.select}
+def _scoring_attributes(request: Request, _candidates: Any, policy: ScoringPolicy, *_: Any, **_options: Any) -> dict:
+    return {"group_hash": group_hash(request.group.group_id), "select": policy.select}
 
 
 @traced("epimem.score.messages", _scoring_attributes, lambda scored: {"episodes": len(scored)})
 def score_messages(
-    source: RowSource,
-    group_id: str,
+    request: Request,
     candidates: list[Candidate],
-    query: Query,
-    analysis: QueryAnalysis,
     policy: ScoringPolicy,
-    loaded: Loaded | None = None,
+    embedder: QueryEmbedder,
     *,
     plain_episodes: bool = False,
     vectors: bool = False,
+    recency: bool = True,
 ) -> list[ScoredEpisode]:
-    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores
-    (``loaded``: episodes and vectors the caller already read); with ``plain_episodes``, also (after them)
-    the ``policy.max_episodes`` episodes that hold the best scores without the speaker prior; with ``vectors``,
-    each message's unit vector."""
-    rows = source.group_rows(group_id) if policy.select == "group" else None
+    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores; with
+    ``plain_episodes``, also (after them) the ``policy.max_episodes`` episodes that hold the best scores
+    without the speaker prior; with ``vectors``, each message's unit vector; without ``recency``, the
+    query's recency weight left out (search weighs its episodes instead)."""
+    group = request.group
+    rows = group_rows(group) if policy.select == "group" else None
     whole_group = rows is not None
     if rows is None:
         standing = episode_standing(candidates)
         leading = sorted(standing, key=lambda e: (-standing[e], e))[: policy.max_episodes]
-        rows = source.episode_rows(group_id, leading, loaded)
+        rows = episode_rows(group, leading)
     if not len(rows):
         return []
-    index, keyword = source.keyword_scores(group_id, analysis.match_text)
-    vector = unit(source.embed_query(analysis.match_text))
-    ideal = policy.keyword_ideal * index.ideal(analysis.match_text) if policy.keyword_ideal > 0 else 0.0
-    scores, prior = scored_rows(rows, vector, keyword, query, analysis, policy, ideal=ideal)
+    match_text = request.analysis.match_text
+    index = keyword_index(group)
+    keyword = index.scores(match_text)
+    vector = unit(embedder.embed_query(match_text))
+    ideal = policy.keyword_ideal * index.ideal(match_text) if policy.keyword_ideal > 0 else 0.0
+    scores, prior = scored_rows(rows, vector, keyword, request, policy, ideal=ideal, recency=recency)
     plain = scores - prior
     chosen = _leading(rows, scores, policy.max_episodes if whole_group else None)
     if plain_episodes:
@@ -185,14 +141,15 @@ def scored_rows(
     rows: MessageRows,
     query_vector: np.ndarray,
     keyword: np.ndarray,
-    query: Query,
-    analysis: QueryAnalysis,
+    request: Request,
     policy: ScoringPolicy,
     *,
     ideal: float = 0.0,
+    recency: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(one score per row, -inf outside the query's sessions and time window; the part of it the
     speaker prior added). BM25 is divided by the query's best BM25 score, or by ``ideal`` where greater."""
+    query, analysis = request.query, request.analysis
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
     top = max(top, ideal)
     cosine = _cosines(rows, query_vector)
@@ -213,7 +170,8 @@ def scored_rows(
         blend = (rows.episode_vectors >= 0) & (norms > 0)
         share = policy.episode_centroid
         episode_cosine = np.where(blend, (1 - share) * episode_cosine + share * centroid, episode_cosine)
-        # An open episode (retrieval.pending) has no vector of its own: its messages' centroid is its direction.
+        # An open episode (memory.readmodel.open_episodes) has no vector of its own: its messages' centroid is
+        # its direction.
         episode_cosine = np.where((rows.episode_vectors < 0) & (norms > 0), centroid, episode_cosine)
     own = message_cosine + policy.keyword_weight * lexical(rows.message_keywords)
     topic = episode_cosine + policy.keyword_weight * lexical(rows.episode_keywords)
@@ -224,30 +182,28 @@ def scored_rows(
     scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
     prior = np.zeros(len(rows))
     if analysis.named:
-        prior = policy.speaker_bonus * _speaker_prior(rows, scores, query, analysis, policy)
+        prior = policy.speaker_bonus * _speaker_prior(rows, scores, request, policy)
         scores = scores + prior
     if analysis.mentions:
         scores += policy.time_bonus * _covered(rows, analysis.mentions)
     if policy.when_bonus and analysis.asks_when:
         scores += policy.when_bonus * rows.timed
     scores -= policy.question_penalty * rows.asks
-    if query.recency_weight > 0:
+    if recency and query.recency_weight > 0:
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
         decay = _decay(age_days, query.recency_weight, query.recency_half_life_days)
         scores, prior = scores * decay, prior * decay
-    return np.where(_in_scope(rows, query, analysis.window), scores, -np.inf), prior
+    return np.where(_in_scope(rows, request), scores, -np.inf), prior
 
 
-def _speaker_prior(
-    rows: MessageRows, scores: np.ndarray, query: Query, analysis: QueryAnalysis, policy: ScoringPolicy
-) -> np.ndarray:
+def _speaker_prior(rows: MessageRows, scores: np.ndarray, request: Request, policy: ScoringPolicy) -> np.ndarray:
     """1 for the named speakers' messages, for the ``speaker_admit`` best-scored messages in scope and
     (``speaker_cap``) for those that outscore every named speaker's message by more than ``speaker_cap_margin``;
     ``other_speaker_share`` for the rest. 1 for every message when another speaker's best outscores the named
     speakers' best by more than ``speaker_gate`` (the question read as naming the wrong person)."""
-    mine = np.isin(rows.speakers, list(analysis.named))
+    mine = np.isin(rows.speakers, list(request.analysis.named))
     prior = np.where(mine, 1.0, policy.other_speaker_share)
-    ranked = np.where(_in_scope(rows, query, analysis.window), scores, -np.inf)
+    ranked = np.where(_in_scope(rows, request), scores, -np.inf)
     best_named = float(ranked[mine].max()) if mine.any() else -np.inf
     if policy.speaker_gate is not None and np.isfinite(best_named):
         others = ranked[~mine]
@@ -282,10 +238,10 @@ def _covered(rows: MessageRows, mentions: tuple[TimeMention, ...]) -> np.ndarray
     return hit
 
 
-def _in_scope(rows: MessageRows, query: Query, window: TimeWindow) -> np.ndarray:
-    keep = _inside(rows.times, window)
-    if query.session_ids is not None:
-        keep &= np.isin(rows.sessions, list(query.session_ids))
+def _in_scope(rows: MessageRows, request: Request) -> np.ndarray:
+    keep = _inside(rows.times, request.analysis.window)
+    if request.query.session_ids is not None:
+        keep &= np.isin(rows.sessions, list(request.query.session_ids))
     return keep
 
 
@@ -297,8 +253,3 @@ def _inside(times: np.ndarray, window: TimeWindow) -> np.ndarray:
     if window.end is not None:
         keep &= times < to_epoch(window.end)
     return keep
-
-
-def unit(vector: np.ndarray) -> np.ndarray:
-    vector = np.asarray(vector, dtype=np.float32)
-    return vector / (float(np.linalg.norm(vector)) or 1.0)

@@ -1,21 +1,20 @@
-"""The names learned from a group's messages (retrieval.names), kept with its read snapshot and patched:
-a write that only adds messages after the last one (the common case: a turn of a live conversation)
-feeds the new messages to the kept fold instead of learning from every message of the group again
-(250 ms a version at 60,000 messages). Anything else (a removal, a rewritten message, a message
-dated before the last one, a new speaker) learns again from all of them. Also the group's speakers
-(``GroupSpeakers``, patched the same way) and its names merged with those its configuration sets."""
+"""The names learned from a group's messages (retrieval.names), kept with its version in the read model and
+patched: a write that only adds messages after the last one (the common case: a turn of a live
+conversation) feeds the new messages to the kept fold instead of learning from every message of the group
+again (250 ms a version at 60,000 messages). Anything else (a removal, a rewritten message, a message
+dated before the last one, a new speaker) learns again from all of them. Also the group's names merged with
+those its configuration sets (``speaker_names``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
+from memory.readmodel.patch import Patch
+from memory.readmodel.reader import KIND_CODE, Columns, Derivation, GroupReader
 from memory.store.records import RecordKind
-from memory.store.snapshot_patch import Patch
 from retrieval.names import NameLearner, configured_names, merge_names
 
 MESSAGE = KIND_CODE[RecordKind.MESSAGE.value]
-LEARNED_NAMES = "learned-names"  # its key among the snapshot's derived structures
 
 
 class LearnedNames:
@@ -23,7 +22,7 @@ class LearnedNames:
 
     fed = 0  # the messages this value read: all of them when learned anew, the new ones when patched
 
-    def __init__(self, snapshot: GroupSnapshot, learner: NameLearner | None = None, last: float = -np.inf) -> None:
+    def __init__(self, snapshot: Columns, learner: NameLearner | None = None, last: float = -np.inf) -> None:
         if learner is None:
             rows = np.flatnonzero(snapshot.kinds == MESSAGE)
             rows = rows[np.argsort(snapshot.timestamps[rows], kind="stable")]
@@ -35,8 +34,8 @@ class LearnedNames:
         self.last = last  # the time of the last message fed
         self.names = learner.names()
 
-    def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> LearnedNames:
-        """These names for ``snapshot``, patched from ``previous`` (memory.store.snapshot_patch.Patch)."""
+    def patched(self, snapshot: Columns, patch: Patch, previous: Columns) -> LearnedNames:
+        """These names for ``snapshot``, patched from ``previous`` (memory.readmodel.patch.Patch)."""
         old_of_new = patch.old_of_new
         new_messages = np.flatnonzero((old_of_new < 0) & (snapshot.kinds == MESSAGE))
         kept = np.flatnonzero((old_of_new >= 0) & (snapshot.kinds == MESSAGE))
@@ -63,48 +62,48 @@ class LearnedNames:
         return patched
 
 
-def _triple(snapshot: GroupSnapshot, row: int) -> tuple[str, str, str]:
+def _triple(snapshot: Columns, row: int) -> tuple[str, str, str]:
     return snapshot.producers[row], snapshot.produced_for[row], snapshot.documents[row]
 
 
-def _triples(snapshot: GroupSnapshot, rows: np.ndarray) -> list[tuple[str, str, str]]:
+def _triples(snapshot: Columns, rows: np.ndarray) -> list[tuple[str, str, str]]:
     return [
         (snapshot.producers[r].casefold(), snapshot.produced_for[r].casefold(), snapshot.documents[r])
         for r in (int(row) for row in rows)
     ]
 
 
-class GroupSpeakers:
-    """The group's speakers, kept with its snapshot; patched when a write only added records (the next
-    version's are these and the new messages' speakers), read again otherwise."""
+class Learned(Derivation[LearnedNames]):
+    key = "learned-names"
 
-    def __init__(self, snapshot: GroupSnapshot, names: frozenset[str] | None = None) -> None:
-        self.names = names if names is not None else _speakers(snapshot)
+    def build(self, group: GroupReader) -> LearnedNames:
+        return LearnedNames(group.columns)
 
-    def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> GroupSpeakers:
-        kept = patch.old_of_new >= 0
-        if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
-            return GroupSpeakers(snapshot)
-        return GroupSpeakers(snapshot, self.names | _speakers(snapshot, np.flatnonzero(~kept)))
+    def patched(self, value: LearnedNames, columns: Columns, patch: Patch, previous: Columns) -> LearnedNames:
+        return value.patched(columns, patch, previous)
 
 
-def _speakers(snapshot: GroupSnapshot, rows: np.ndarray | None = None) -> frozenset[str]:
-    """The speakers of the group's messages, or of those among ``rows`` (casefolded: a message's producer
-    id, else its role); a group too large to keep its messages knows them by producer id."""
-    kept = snapshot.messages
-    if kept is not None and rows is None:
-        return frozenset(message.speaker.casefold() for message in kept.values())
-    positions = np.flatnonzero(snapshot.kinds == MESSAGE) if rows is None else rows[snapshot.kinds[rows] == MESSAGE]
-    if kept is not None:
-        found = (kept.get(snapshot.ids[p]) for p in positions.tolist())
-        return frozenset(message.speaker.casefold() for message in found if message is not None)
-    names = {snapshot.producers[p] for p in positions.tolist()}  # interned: a handful of distinct strings
-    return frozenset(name.casefold() for name in names if name)
+class SpeakerNames(Derivation[dict[str, set[str]]]):
+    """Speaker id (casefolded) -> its other names (casefolded): set in the group's or a session's metadata,
+    or learned from how the others address it (retrieval.names)."""
+
+    key = "speaker-names"
+
+    def build(self, group: GroupReader) -> dict[str, set[str]]:
+        return group_speaker_names(group, group.derived(LEARNED_NAMES).names)
 
 
-def group_speaker_names(snapshot: GroupSnapshot, learned: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Names learned from the group's messages (retrieval.speaker_names) merged with those its
-    configuration and sessions set."""
-    config = snapshot.config
-    metadata = ([config.metadata] if config else []) + [s.metadata for s in snapshot.sessions]
+LEARNED_NAMES = Learned()
+SPEAKER_NAMES = SpeakerNames()
+
+
+def speaker_names(group: GroupReader) -> dict[str, set[str]]:
+    """The group's speakers' other names, kept with its version and read again when the group changes."""
+    return group.derived(SPEAKER_NAMES)
+
+
+def group_speaker_names(group: GroupReader, learned: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Names learned from the group's messages merged with those its configuration and sessions set."""
+    config = group.config
+    metadata = ([config.metadata] if config else []) + [s.metadata for s in group.sessions]
     return merge_names(learned, configured_names(metadata))

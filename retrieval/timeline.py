@@ -1,7 +1,7 @@
 """Timelines: a group's or session's episodes in event-time order, paged by a stable cursor.
 
 A session's pending messages (stored and recallable, not in an episode yet) take part as its open
-episode (retrieval.pending), at the time of its first message and named in the page's ``pending``: the
+episode (memory.readmodel.open_episodes), at the time of its first message and named in the page's ``pending``: the
 timeline shows what was said, as search and context do.
 
 The cursor names the last item returned by (timestamp, uuid); the next page holds the items
@@ -73,7 +73,7 @@ def timeline(
     open_episodes: Iterable[Episode] = (),
 ) -> TimelinePage:
     """``passing``: the episodes a filter lets pass among those given, by id, as it shows them (retrieval.filters);
-    ``open_episodes``: the group's open episodes (``Searcher.open_episodes``), shown where the scope holds them."""
+    ``open_episodes``: the group's open episodes (``GroupReader.open_episodes``), shown where the scope holds them."""
     scope = scope or Scope()
     if session_id is not None:
         scope = scope.model_copy(update={"session_ids": [session_id]})

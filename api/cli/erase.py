@@ -1,7 +1,7 @@
 """``epimem erase-residue``: erase what deletes left in a stopped Chroma server's folder.
 
 A Chroma server keeps deleted records' bytes in its write log, in SQLite free pages and in
-orphaned segment folders (see memory.store.erasure and docs/trust.md); epimem cannot reach a server's
+orphaned segment folders (see memory.engine.erasure and docs/trust.md); epimem cannot reach a server's
 files, so the operator runs this on the server's folder, on the same host, while it is stopped.
 """
 
@@ -28,9 +28,10 @@ def erase_residue(
     """Erase deleted data left in a stopped Chroma folder: rebuild collections whose write log names
     deleted or overwritten records, drop write-log rows of dropped collections, vacuum with
     secure_delete, remove orphaned segment folders."""
-    from memory.store.connection import PARTITIONS_FOLDER  # Chroma loads for this command only
-    from memory.store.erasure import erase_folder
-    from memory.store.folder_lock import LOCK_NAME, lock_folder, release_folder
+    from memory.engine.erasure import erase_folder  # Chroma loads for this command only
+    from memory.engine.folder_lock import LOCK_NAME, lock_folder, release_folder
+    from memory.store.codec import unstamped
+    from memory.store.connection import PARTITIONS_FOLDER
 
     # An epimem data folder (<data>/chroma): hold its lock, so a running service is never scrubbed under it.
     data_dir = chroma_path.resolve().parent
@@ -46,7 +47,7 @@ def erase_residue(
         [partitions] if locked and partitions.is_dir() and partitions != chroma_path.resolve() else []
     )
     try:
-        reports = [erase_folder(folder) for folder in folders]
+        reports = [erase_folder(folder, unstamped) for folder in folders]
     except FileNotFoundError as error:
         fail(str(error), 2)
     finally:

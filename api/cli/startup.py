@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from api.auth import KeyRing
 from api.settings import Settings
+from memory.engine.folder_lock import lock_folder
 from memory.errors import EpimemError
-from memory.store.folder_lock import lock_folder
 
 if TYPE_CHECKING:  # uvicorn loads only for `serve`: the other commands start faster without it
     import uvicorn

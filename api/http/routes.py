@@ -40,8 +40,8 @@ from api.settings import Settings
 from memory.errors import InvalidInputError, NotFoundError, StoreUnavailableError
 from memory.models import GroupConfiguration, SessionInfo, UtcDatetime
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
+from memory.store.records import is_open_episode_id
 from memory.timeutil import utc_now
-from retrieval.pending import is_open_episode_id
 from retrieval.types import MAX_TIMELINE_LIMIT, ContextQuery, ContextResult, Direction, SearchQuery, TimelinePage
 
 _bearer = HTTPBearer(auto_error=False, description="an API key from EPIMEM_API_KEYS_FILE (not needed in local mode)")

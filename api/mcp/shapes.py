@@ -94,7 +94,7 @@ def hit_of(hit: Any) -> Hit:
         timestamp=episode.timestamp,
         score=round(float(hit.score), 6),
         message_ids=list(episode.source_message_ids),
-        pending=bool(getattr(hit, "pending", False)),
+        pending=bool(hit.pending),
     )
 
 

@@ -8,10 +8,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from memory.engine.erasure import ErasureReport
 from memory.receipts import DeletionReceipt
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.erasure import ErasureReport
 from memory.store.paging import WRITE_BATCH
 from memory.store.records import VectorRecord
 
@@ -188,7 +188,7 @@ class StoreAdmin(StorePart):
         self.connection.forget(names)
 
     def erase(self, group_id: str, session_ids: Iterable[str], *, group_deleted: bool = False) -> ErasureReport | None:
-        """Erase the bytes a delete left in an embedded folder (memory.store.erasure): the collections of
+        """Erase the bytes a delete left in an embedded folder (memory.engine.erasure): the collections of
         the group that had records deleted or rewritten (its index and log, or the registry after a
         group delete, and the named sessions' partitions) are rebuilt, the folder scrubbed. Nothing
         with a Chroma server (``epimem erase-residue`` cleans a stopped server's folder)."""

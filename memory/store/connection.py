@@ -35,18 +35,17 @@ import chromadb
 from chromadb.api import ClientAPI
 from chromadb.config import Settings as ChromaSettings
 
+from memory.engine.allocator import bound_arenas, fill_fresh_memory, return_freed_memory
+from memory.engine.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
+from memory.engine.folder_lock import lock_folder
+from memory.engine.write_log_index import index_write_log
 from memory.locks import ReadersWriterLock
-from memory.store.allocator import bound_arenas, fill_fresh_memory, return_freed_memory
 from memory.store.bounded import CollectionSlots
+from memory.store.changes import ChangeFeed
 from memory.store.codec import PARTITION_PREFIX
 from memory.store.deployment import Deployment, connect
-from memory.store.erasure import DATABASE, ErasureReport, Stamp, erase, zero_all_index_slack
-from memory.store.folder_lock import lock_folder
 from memory.store.paging import PAGE
-from memory.store.snapshot_files import SnapshotFiles
-from memory.store.write_log_index import index_write_log
 
-CHANGE_JOURNAL = 512  # writes kept per group for the read caches to replay
 PARTITIONS_FOLDER = "chroma-partitions"  # beside ``chroma``: the partitions' engine (new folders)
 
 
@@ -99,12 +98,7 @@ class ChromaConnection:
         self._gate = ReadersWriterLock()  # store calls shared, an engine restart or erasure exclusive
         self._lock = threading.Lock()
         self._handles: OrderedDict[str, Any] = OrderedDict()  # name -> RecordCollection
-        self._versions: dict[str, int] = {}  # group -> writes by this process (memory.store.versions)
-        # group -> local version -> what that write changed (memory.store.versions: read caches patch
-        # themselves with it instead of rebuilding); emptied by any write that does not say.
-        self._changes: dict[str, dict[int, Any]] = {}
-        # Read snapshots kept on disk between runs (embedded only: one process writes the folder).
-        self.files = SnapshotFiles(self.path.parent) if self.path is not None else None
+        self.feed = ChangeFeed()  # what this process's writes did, per group (memory.store.changes)
         self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
         self._stamped: set[str] = set()
         self.restarts = 0
@@ -136,7 +130,7 @@ class ChromaConnection:
     @property
     def shared(self) -> bool:
         """Whether other processes may write the same data (a Chroma server); embedded Chroma is one
-        process per folder (memory.store.folder_lock)."""
+        process per folder (memory.engine.folder_lock)."""
         return self._stop is None
 
     def first_stamp(self, group_id: str) -> bool:
@@ -146,36 +140,6 @@ class ChromaConnection:
                 return False
             self._stamped.add(group_id)
             return True
-
-    def bump(self, group_id: str, change: Any = None) -> int:
-        """Count a write of this process to a group's records (what the read caches compare);
-        ``change``: what the write did (memory.store.snapshot_patch.Change; kept for the caches, a few
-        hundred writes), None when it does not say. Returns the group's new count."""
-        if self.files is not None:  # before the version moves: a reader of the new version finds no file
-            self.files.written(group_id)
-        with self._lock:
-            version = self._versions.get(group_id, 0) + 1
-            self._versions[group_id] = version
-            journal = self._changes.setdefault(group_id, {})
-            if change is None:
-                journal.clear()
-            else:
-                journal[version] = change
-                while len(journal) > CHANGE_JOURNAL:
-                    del journal[min(journal)]
-        return version
-
-    def changes(self, group_id: str, after: int, upto: int) -> list[Any] | None:
-        """What this process's writes ``after + 1`` … ``upto`` of a group changed, in order; None when
-        one of them did not say (or is no longer kept)."""
-        with self._lock:
-            journal = self._changes.get(group_id, {})
-            found = [journal.get(version) for version in range(after + 1, upto + 1)]
-        return None if any(item is None for item in found) else found
-
-    def local_version(self, group_id: str) -> int:
-        with self._lock:
-            return self._versions.get(group_id, 0)
 
     @contextmanager
     def call(self) -> Iterator[ClientAPI]:
@@ -220,7 +184,7 @@ class ChromaConnection:
 
     def erase(self, names: Iterable[str] = ()) -> ErasureReport | None:
         """Alone on the embedded engine: rebuild the named collections that exist, stop the engine,
-        scrub its folder (memory.store.erasure), start it again. None with a Chroma server."""
+        scrub its folder (memory.engine.erasure), start it again. None with a Chroma server."""
         if self._stop is None or self.path is None:
             return None
         wanted = list(names)
@@ -304,7 +268,7 @@ def open_connection(
             partitions = (Path(data_dir) / PARTITIONS_FOLDER).resolve()
             apart = partitions.exists() or not (path / DATABASE).exists()  # a folder written before: one engine
             path.mkdir(parents=True, exist_ok=True)
-            index_write_log(path)  # before the engine starts (memory.store.write_log_index)
+            index_write_log(path)  # before the engine starts (memory.engine.write_log_index)
             connection = ChromaConnection(
                 lambda: _embedded_client(path),
                 stop=lambda: _stop_embedded(str(path)),

@@ -74,7 +74,7 @@ class StoreDump(StorePart):
         """What moves with every write of the group: this process's counter and, with a Chroma server,
         the stamps of every server (memory.store.versions)."""
         shared = versions.shared_stamp(self._collections, group_id) if self.connection.shared else None
-        return versions.local(self._collections, group_id), shared
+        return self.connection.feed.version(group_id), shared
 
     @store_call
     def holds_anything(self, group_id: str | None = None) -> bool:

@@ -1,4 +1,4 @@
-"""The store as the service uses it: its three parts over one connection, for one embedding model."""
+"""The store as the service uses it: its parts over one connection, for one embedding model."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from memory.store.admin import StoreAdmin
 from memory.store.collections import Collections
 from memory.store.connection import ChromaConnection
 from memory.store.dump import StoreDump
+from memory.store.group_reads import GroupReads
 from memory.store.keys import KeyStore
 from memory.store.log import LogStore
-from memory.store.snapshots import SnapshotCache
 from memory.store.usage import UsageStore
 from memory.store.vectors import VectorStore
 from memory.store.webhook_store import WebhookStore
@@ -21,6 +21,7 @@ class Store:
     log: LogStore
     vectors: VectorStore
     admin: StoreAdmin
+    group_reads: GroupReads  # a group read whole, for the read model (memory.readmodel)
     keys: KeyStore  # the deployment's API keys and group limits
     usage: UsageStore  # usage counters shared by its servers
     dump: StoreDump  # collections read and written whole (backups)
@@ -35,15 +36,13 @@ class Store:
         return self.admin.connection
 
 
-def open_store(connection: ChromaConnection, *, model_id: str, persist: bool = False) -> Store:
-    """``persist``: the read cache keeps its snapshots on disk between runs (embedded Chroma; the
-    service's store, not a second one opened on the same connection)."""
+def open_store(connection: ChromaConnection, *, model_id: str) -> Store:
     collections = Collections(connection, model_id)
-    vectors = VectorStore(collections, snapshots=SnapshotCache(collections, persist=persist))
     return Store(
         log=LogStore(collections),
-        vectors=vectors,
+        vectors=VectorStore(collections),
         admin=StoreAdmin(collections),
+        group_reads=GroupReads(collections),
         keys=KeyStore(collections),
         usage=UsageStore(collections),
         dump=StoreDump(collections),

@@ -11,11 +11,11 @@ from typing import Any, cast
 from memory.models import GroupConfiguration, MessageState, SessionInfo, StoredMessage
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
+from memory.store.changes import Change
 from memory.store.collections import Collections
 from memory.store.paging import PAGE
 from memory.store.pending_ids import PendingIds
 from memory.store.records import Row
-from memory.store.snapshot_patch import Change
 
 
 class LogStore(StorePart):

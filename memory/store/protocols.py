@@ -14,7 +14,6 @@ from memory.receipts import DeletionReceipt
 from memory.store.records import RecordFilter, Row, VectorHit, VectorRecord
 
 if TYPE_CHECKING:
-    from memory.store.group_snapshot import GroupSnapshot
     from memory.store.keys import GroupLimits, StoredKey
     from memory.store.usage import CounterId, CounterValue
 
@@ -40,8 +39,6 @@ class VectorReader(Protocol):
     def nearest(
         self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
     ) -> list[tuple[str, float]]: ...
-
-    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot: ...
 
 
 class VectorWriter(VectorReader, Protocol):

@@ -11,16 +11,13 @@ import numpy as np
 from memory.models import Episode
 from memory.store import codec, versions
 from memory.store.calls import StorePart, store_call
-from memory.store.collections import Collections
-from memory.store.group_snapshot import GroupSnapshot
+from memory.store.changes import Change
 from memory.store.paging import WRITE_BATCH, pages
 from memory.store.parts import RecordCollection
 from memory.store.protocols import Ids, Selection
 from memory.store.quotas import RESULTS_PER_READ
 from memory.store.record_format import PARTS_KEY
 from memory.store.records import EPISODE_KINDS, RecordFilter, VectorHit, VectorRecord
-from memory.store.snapshot_patch import Change
-from memory.store.snapshots import SnapshotCache
 
 
 def _columns(records: Sequence[VectorRecord], *, overwrite: bool = False) -> dict[str, Any]:
@@ -36,10 +33,6 @@ def _columns(records: Sequence[VectorRecord], *, overwrite: bool = False) -> dic
 
 
 class VectorStore(StorePart):
-    def __init__(self, collections: Collections, *, snapshots: SnapshotCache | None = None) -> None:
-        super().__init__(collections)
-        self.snapshots = snapshots or SnapshotCache(collections)
-
     def _both(self, group_id: str, session_id: str, *, create: bool) -> list[RecordCollection]:
         """The session's partition and the group index (those that exist, unless created)."""
         found = (
@@ -55,8 +48,8 @@ class VectorStore(StorePart):
 
     @store_call
     def upsert(self, group_id: str, session_id: str, records: Sequence[VectorRecord], *, new: bool = False) -> None:
-        """Write to the partition first, then the group index (both idempotent by id); the read snapshot
-        is patched with them (memory.store.snapshot_patch). ``new``: records the group does not hold yet
+        """Write to the partition first, then the group index (both idempotent by id); the write is
+        published (memory.store.changes). ``new``: records the group does not hold yet
         (kept for callers; the patch finds out itself)."""
         if not records:
             return
@@ -212,7 +205,7 @@ class VectorStore(StorePart):
         self, group_id: str, vector: np.ndarray, *, k: int, selection: Selection = None
     ) -> list[tuple[str, float]]:
         """Ids and cosine distances of the ``k`` nearest records, at most RESULTS_PER_READ (``query`` without
-        documents and metadata: the read cache has those)."""
+        documents and metadata: the read model has those)."""
         collection, where = self._read_from(group_id, selection)
         if collection is None:
             return []
@@ -221,9 +214,3 @@ class VectorStore(StorePart):
         )
         distances = (result["distances"] or [[]])[0]
         return [(i, float(d)) for i, d in zip(result["ids"][0], distances, strict=True)]
-
-    @store_call
-    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
-        """The group's read snapshot at its current version (memory.store.snapshots); ``fresh``: read
-        a Chroma server's shared stamp now (the start of a request)."""
-        return self.snapshots.get(group_id, fresh=fresh)

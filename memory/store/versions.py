@@ -1,9 +1,10 @@
-"""What a group's read caches compare: a version that changes with every write to the group's records.
+"""What a group's readers compare: a version that changes with every write to the group's records.
 
 Two parts, so that the check is free where it can be:
 
-- a counter per group kept by the connection (``ChromaConnection.bump``): every write of this
-  process moves it. Embedded Chroma is one process per folder, so there it is the whole version;
+- a counter per group kept by the connection's change feed (``memory.store.changes``): every write of
+  this process publishes what it did there and moves it. Embedded Chroma is one process per folder, so
+  there it is the whole version;
 - with a Chroma server, other servers write too: every write that a cache could see also stamps the
   group's registry record (``epm-registry``): each process writes its own key, ``w.<its run id>``, set
   to its counter for the group (an upsert merges keys, so writers never overwrite each other and need
@@ -11,7 +12,7 @@ Two parts, so that the check is free where it can be:
   the stamp is the record's keys and values. A delete followed by an add (same count, the case a count
   check misses) still moves a counter. A group delete removes the record: no stamp (None) is a version
   of its own. A stamp that differs from a snapshot's only in this process's own key says that only
-  this process wrote since, and its journal says what (memory.store.snapshots patches the snapshot
+  this process wrote since, and its feed says what (the read model patches its copy of the group
   with it; another key moved: the group is read again). Keys of old runs are dropped by a process's
   first write to a group once there are more than ``WRITER_KEYS`` (a reader then reads the group
   again, once).
@@ -29,6 +30,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from memory.store import codec
+from memory.store.changes import Change
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections
@@ -38,12 +40,12 @@ WRITER_KEYS = 16
 PREFIX = "w."
 
 
-def changed(collections: Collections, group_id: str, *, stamp: bool = True, change: Any = None) -> None:
-    """Record a write to the group's records (inside a store call, after the write). ``change``: what
-    the write did (``memory.store.snapshot_patch.Change``), which a read cache applies to its snapshot
-    instead of reading the group again; None: the next read reads the group again."""
+def changed(collections: Collections, group_id: str, *, stamp: bool = True, change: Change | None = None) -> None:
+    """Publish a write to the group's records (inside a store call, after the write). ``change``: what
+    the write did (``memory.store.changes``), which the read model applies to its copy of the group
+    instead of reading it again; None: the next read reads the group again."""
     connection = collections.connection
-    version = connection.bump(group_id, change)
+    version = connection.feed.publish(group_id, change)
     if stamp and connection.shared:
         # Its own handle, not the cached ones: the stamp is bookkeeping beside the write it follows.
         registry = connection.client.get_or_create_collection(
@@ -74,10 +76,6 @@ def only_own(before: str | None, after: str | None, run_id: str) -> bool:
     old.pop(key, None)
     new.pop(key, None)
     return bool(old == new)
-
-
-def local(collections: Collections, group_id: str) -> int:
-    return collections.connection.local_version(group_id)
 
 
 def shared_stamp(collections: Collections, group_id: str) -> str | None:

@@ -52,7 +52,7 @@ def test_every_error_has_one_format(tmp_path: Path, embedder: SentenceTransforme
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom memory.store.folder_lock import lock_folder\n"
+            "import sys, time\nfrom memory.engine.folder_lock import lock_folder\n"
             f"lock_folder({str(data)!r}); print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

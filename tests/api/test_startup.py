@@ -26,7 +26,7 @@ from api.facade import Epimem
 from api.server import create_app
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.embedding.lazy import LazyEmbedder
-from memory.store.folder_lock import FolderLockedError
+from memory.engine.folder_lock import FolderLockedError
 
 WEIGHTS = "Loading weights"  # what loading the model prints
 

@@ -11,8 +11,8 @@ Measure (the default): a service started on the folder, then
 
 - first search after a start, twice: the group read from Chroma (no snapshot kept: a first start, or one
   after a crash), then after a restart with the snapshot the first start kept at its close
-  (memory.store.snapshot_files); the model is loaded before, as a server does before it is ready;
-  ``two_step``: the first search read the columns alone (a big group: memory.store.snapshot_reads),
+  (memory.readmodel.files); the model is loaded before, as a server does before it is ready;
+  ``two_step``: the first search read the columns alone (a big group: memory.readmodel.build),
   ``read_whole``: seconds until its vectors and messages, read in the background, were in memory;
 - idle and written: for LoCoMo questions (``--questions`` new ones per block, so the query-embedding
   cache never answers one), alternating, ``search`` (k 10) and ``context`` (1,000 tokens)
@@ -47,9 +47,9 @@ from typing import Any
 
 import _common as c
 
+from memory.readmodel.files import FOLDER
 from memory.store.codec import index_name
 from memory.store.connection import close_embedded
-from memory.store.snapshot_files import FOLDER
 
 sys.path.insert(0, str(c.ROOT / "tests"))
 from helpers.servers import ChromaServer  # noqa: E402
@@ -134,7 +134,7 @@ def build(service: Any, sessions: int, per_session: int, bulk: int) -> None:
 
 def tiered(service: Any, tier: str) -> None:
     """Bounds that put the group in ``tier`` whatever its size (the short form's group is small)."""
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     if tier in ("vectors", "columns"):
         snapshots.full_group_bytes = 0
     if tier == "columns":
@@ -212,8 +212,8 @@ def measure(args: argparse.Namespace, folder: Path, server: ChromaServer | None)
         started = time.perf_counter()
         service.search(group, asked[start], k=10)
         first = time.perf_counter() - started
-        deferred = service.memory.store.vectors.snapshot(group).deferred
-        service.memory.store.vectors.snapshots.wait_upgrades()  # a big group's vectors and messages, read behind
+        deferred = service.read_model.snapshot(group).deferred
+        service.read_model.wait_upgrades()  # a big group's vectors and messages, read behind
         whole = time.perf_counter() - started
         cache = service.stats().read_cache
         firsts.append(
@@ -270,7 +270,7 @@ def measure(args: argparse.Namespace, folder: Path, server: ChromaServer | None)
             )
     cache = service.stats().read_cache
     if cache is not None:
-        snapshot = service.memory.store.vectors.snapshot(group)
+        snapshot = service.read_model.snapshot(group)
         c.line(
             "read cache",
             tier="full" if snapshot.full else "vectors" if snapshot.directions is not None else "columns",

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from api.facade import Epimem
 from api.settings import Settings
+from memory.engine.erasure import ErasureReport
 from memory.ingest.importers import read_locomo
-from memory.store.erasure import ErasureReport
 
 DEFAULT = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo-dev.json"
 

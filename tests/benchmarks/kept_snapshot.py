@@ -1,4 +1,4 @@
-"""A big group's read snapshot kept on disk (memory.store.snapshot_files): what the first search after a
+"""A big group's read snapshot kept on disk (memory.readmodel.files): what the first search after a
 start pays for it at N records, with and without the file kept at the last close.
 
 The snapshot is a columns-only one (a group of 200,000 records is far above the full-snapshot limit) of
@@ -24,10 +24,9 @@ import _common as c
 import numpy as np
 from keyword_patch import QUERIES, texts
 
-from memory.store.group_snapshot import columns_snapshot, estimate_bytes
-from memory.store.snapshot_files import SnapshotFiles, file_name
-from retrieval.bm25 import Postings
-from retrieval.keyword import KeywordCache, KeywordIndex
+from memory.readmodel.files import SnapshotFiles, file_name
+from memory.readmodel.snapshot import columns_snapshot, estimate_bytes
+from retrieval.keyword import KEYWORDS, KeywordIndex
 
 GROUP = "kept"
 
@@ -64,22 +63,22 @@ def main() -> None:
     columns_s = time.perf_counter() - started
     started = time.perf_counter()
     index = KeywordIndex(snapshot)
-    snapshot.adopt(KeywordCache.KEY, index)
+    snapshot.adopt(KEYWORDS.key, index, KEYWORDS.size(index))
     tokenized_s = time.perf_counter() - started
     with tempfile.TemporaryDirectory(prefix="epimem-kept-") as folder:
         files = SnapshotFiles(Path(folder))
         files.open()
         started = time.perf_counter()
-        files.close([snapshot], lambda group: 0)  # as at a close: written, the folder given back
+        derivations = {KEYWORDS.key: KEYWORDS}
+        files.close([snapshot], lambda group: 0, derivations)  # as at a close: written, the folder given back
         written_s = time.perf_counter() - started
         size_mb = (Path(folder) / "read-snapshots" / file_name(GROUP)).stat().st_size / 2**20
         files.open()  # the next start claims it
-        restorers = {KeywordCache.KEY: lambda s, a: KeywordIndex(s, postings=Postings.restore(a))}
         started = time.perf_counter()
-        loaded = files.load(GROUP, (0, None), count, restorers)
+        loaded = files.load(GROUP, (0, None), count, derivations)
         loaded_s = time.perf_counter() - started
         assert loaded is not None and list(loaded.ids) == list(snapshot.ids)
-        kept = loaded.derived(KeywordCache.KEY, lambda: None)
+        kept = dict(loaded.derived_items())[KEYWORDS.key]
         for query in QUERIES:
             assert np.array_equal(kept.scores(query), index.scores(query)), query
     c.line("without a kept file: beyond the Chroma read (s)", columns=columns_s, keyword_index=tokenized_s)

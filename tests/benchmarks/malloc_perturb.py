@@ -1,4 +1,4 @@
-"""What glibc's M_PERTURB (set by embedded stores, memory.store.allocator.fill_fresh_memory) costs the
+"""What glibc's M_PERTURB (set by embedded stores, memory.engine.allocator.fill_fresh_memory) costs the
 embedding: the same batches embedded in a process without it and in one with it, alternating.
 
     .venv/bin/python tests/benchmarks/malloc_perturb.py            # 2 pairs of processes
@@ -19,7 +19,7 @@ TEXTS = [f"Caroline: message number {i} about hiking at the lake with Rex and th
 def one_process(perturb: bool) -> float:
     """Median seconds of embedding 256 messages and then 2 (an add), six times, in this process."""
     from memory.embedding.embedder import SentenceTransformerEmbedder
-    from memory.store.allocator import fill_fresh_memory
+    from memory.engine.allocator import fill_fresh_memory
 
     embedder = SentenceTransformerEmbedder()
     embedder.embed_batch(TEXTS[:8])

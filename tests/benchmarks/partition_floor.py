@@ -24,7 +24,7 @@ import chromadb
 import numpy as np
 from chromadb.config import Settings as ChromaSettings
 
-from memory.store.write_log_index import index_write_log
+from memory.engine.write_log_index import index_write_log
 
 DIMENSION = 384
 
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--recycle-after", type=int, default=32)
     parser.add_argument("--index-together", action="store_true", help="the index in the partitions' engine")
     parser.add_argument(
-        "--write-log-index", action="store_true", help="index Chroma's write log (memory.store.write_log_index)"
+        "--write-log-index", action="store_true", help="index Chroma's write log (memory.engine.write_log_index)"
     )
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--start", type=int, default=0, help="the first collection's number (continue a --data-dir)")

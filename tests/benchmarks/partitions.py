@@ -39,11 +39,11 @@ import numpy as np
 import psutil
 
 from api.settings import Settings
+from memory.engine.write_log_index import index_write_log
 from memory.models import BoundaryReason, Episode, GenerationMethod
 from memory.store.codec import index_name, partition_name
 from memory.store.factory import Store
 from memory.store.records import VectorRecord
-from memory.store.write_log_index import index_write_log
 
 sys.path.insert(0, str(c.ROOT / "tests"))
 from helpers.servers import ChromaServer  # noqa: E402
@@ -280,7 +280,7 @@ def main() -> None:
     parser.add_argument(
         "--write-log-index",
         action="store_true",
-        help="with --server: index the server's write log first (memory.store.write_log_index)",
+        help="with --server: index the server's write log first (memory.engine.write_log_index)",
     )
     parser.add_argument(
         "--text-vectors", action="store_true", help="the bundled model's vectors of dev chats, not random"

@@ -4,7 +4,7 @@
 
 Reads an ingested data folder (tests/benchmarks/recall.py --data-dir DIR ingests it; DIR-chat for the
 chat-app mode) and scores every variant of ScoringPolicy in VARIANTS on every question of LoCoMo dev
-(category 5 included) and REALTALK dev, with a memoised Searcher (what a variant does not change is
+(category 5 included) and REALTALK dev, with memoised reads (what a variant does not change is
 computed once). SEARCH_VARIANTS are scored the same way for search (episode recall@k).
 
 Held out (tests/benchmarks/recall_report.py): each LoCoMo conversation is a fold, and each REALTALK
@@ -46,8 +46,11 @@ from recall import (  # noqa: E402
     table,
 )
 
+from memory.readmodel.model import ReadModel  # noqa: E402
+from memory.readmodel.reader import GroupReader  # noqa: E402
 from retrieval.context import ContextBuilder, PackingPolicy  # noqa: E402
-from retrieval.scoring import ScoringPolicy  # noqa: E402
+from retrieval.message_rows import group_rows  # noqa: E402
+from retrieval.policy import ScoringPolicy  # noqa: E402
 from retrieval.search import SEARCH_POLICY, Searcher  # noqa: E402
 from retrieval.types import SearchQuery  # noqa: E402
 
@@ -172,61 +175,61 @@ SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
 }
 
 
-class MemoSearcher(Searcher):
-    """A Searcher whose reads and per-query computations are kept: variants of the weights reuse them."""
+class MemoReader(GroupReader):
+    """A reader of one version of a group kept across requests, with its nearest-neighbour answers."""
+
+    def __init__(self, base: GroupReader) -> None:
+        self.__dict__.update(vars(base))
+        self._nearest: dict[tuple[Any, ...], Any] = {}
+
+    def nearest(self, vector: Any, *, k: int, selection: Any) -> Any:
+        key = (vector.tobytes(), k, selection)
+        if key not in self._nearest:
+            self._nearest[key] = super().nearest(vector, k=k, selection=selection)
+        return self._nearest[key]
+
+
+class MemoReadModel(ReadModel):
+    """A read model of its own on the service's store whose readers are kept per version of a group: variants of
+    the weights read the same groups, the same episodes, messages and nearest neighbours."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self._readers: dict[tuple[Any, ...], GroupReader] = {}
+
+    def reader(self, group_id: str, *, fresh: bool = False) -> GroupReader:
+        base = super().reader(group_id, fresh=fresh)
+        key = (group_id, base.version)
+        if key not in self._readers:
+            self._readers[key] = MemoReader(base)
+        return self._readers[key]
+
+
+class Memo:
+    """What the variants of one dataset share: the memoised read model and a searcher over it."""
 
     def __init__(self, service: Any) -> None:
-        store = service.memory.store
-        super().__init__(vectors=store.vectors, log=store.log, embedder=service.embedder)
-        self._memo: dict[tuple[Any, ...], Any] = {}
+        self.read_model = MemoReadModel(service.memory.store)
+        self.embedder = service.embedder
+        self.searcher = Searcher(read_model=self.read_model, embedder=service.embedder)
 
-    def _kept(self, key: tuple[Any, ...], compute: Any) -> Any:
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+    def group_rows(self, group_id: str) -> Any:
+        return group_rows(self.read_model.reader(group_id))
 
-    def embed_query(self, query: str) -> Any:
-        return self._kept(("embed", query), lambda: super(MemoSearcher, self).embed_query(query))
-
-    def candidates(self, group_id: str, scope: Any, analysis: Any, *, depth: int) -> Any:
-        return self._kept(
-            ("candidates", group_id, analysis.text, depth),
-            lambda: super(MemoSearcher, self).candidates(group_id, scope, analysis, depth=depth),
+    def builder(self, policy: PackingPolicy, counter: Any) -> ContextBuilder:
+        return ContextBuilder(
+            read_model=self.read_model, embedder=self.embedder, count_wordpieces=counter, policy=policy
         )
-
-    def load_episodes(self, group_id: str, episode_ids: list[str]) -> Any:
-        return self._kept(
-            ("episodes", group_id, tuple(episode_ids)),
-            lambda: super(MemoSearcher, self).load_episodes(group_id, episode_ids),
-        )
-
-    def load_episodes_with_vectors(self, group_id: str, episode_ids: list[str]) -> Any:
-        key = ("episodes+vectors", group_id, tuple(episode_ids))
-        return self._kept(key, lambda: super(MemoSearcher, self).load_episodes_with_vectors(group_id, episode_ids))
-
-    def messages_of(self, group_id: str, episodes: list[Any]) -> Any:
-        key = ("messages", group_id, tuple(e.uuid for e in episodes))
-        return self._kept(key, lambda: super(MemoSearcher, self).messages_of(group_id, episodes))
-
-    def episode_rows(self, group_id: str, episode_ids: list[str], loaded: Any = None) -> Any:
-        key = ("rows", group_id, tuple(episode_ids))  # ``loaded`` only saves reads: the rows are the same
-        return self._kept(key, lambda: super(MemoSearcher, self).episode_rows(group_id, episode_ids, loaded))
-
-    def keyword_scores(self, group_id: str, query: str) -> Any:
-        return self._kept(("bm25", group_id, query), lambda: super(MemoSearcher, self).keyword_scores(group_id, query))
-
-    def speaker_names(self, group_id: str) -> Any:
-        return self._kept(("names", group_id), lambda: super(MemoSearcher, self).speaker_names(group_id))
 
 
 def evaluate(
-    services: dict[str, Any], datasets: dict[str, list[Sample]], policy: PackingPolicy, memos: dict[str, MemoSearcher]
+    services: dict[str, Any], datasets: dict[str, list[Sample]], policy: PackingPolicy, memos: dict[str, Memo]
 ) -> dict[str, Scores]:
     """conversation -> Scores (context recall at each budget) under one policy."""
     found: dict[str, Scores] = {}
     for dataset, samples in datasets.items():
         wordpieces = shared_counter(services[dataset])
-        builder = ContextBuilder(searcher=memos[dataset], count_wordpieces=wordpieces, policy=policy)
+        builder = memos[dataset].builder(policy, wordpieces)
         found.update(
             context_recall(
                 lambda group, question, budget, builder=builder: builder.build(group, service_query(question, budget)),
@@ -257,7 +260,7 @@ def service_query(question: str, budget: int, end: Any = None) -> Any:
 
 
 def run(services: dict[str, Any], datasets: dict[str, list[Sample]], variants: dict[str, PackingPolicy]) -> dict:
-    memos = {dataset: MemoSearcher(service) for dataset, service in services.items()}
+    memos = {dataset: Memo(service) for dataset, service in services.items()}
     conversations = {s.sample_id: name for name, samples in datasets.items() for s in samples}
     results = {}
     for name, policy in variants.items():
@@ -303,7 +306,7 @@ def print_loo(
         print(recall_report.length_table(samples, held, rrf, memo.group_rows))
         counter = shared_counter(services[dataset])
         builders = {
-            name: ContextBuilder(searcher=memo, count_wordpieces=counter, policy=(variants or VARIANTS)[name])
+            name: memo.builder((variants or VARIANTS)[name], counter)
             for name in (results if prefix_all else ["default"])
         }
         for budget in prefix_budgets:
@@ -327,7 +330,7 @@ def print_loo(
     return outcome
 
 
-def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearcher]) -> None:
+def search_table(datasets: dict[str, list[Sample]], memos: dict[str, Memo]) -> None:
     """Episode recall@k of search under each of SEARCH_VARIANTS, and the variant chosen held out by fold as
     for the context (recall_report.leave_one_fold_out over ("episode", k): mean of @1..@10 over every
     question, LoCoMo's category 5 included, with the guard across LoCoMo and each REALTALK circle)."""
@@ -338,8 +341,8 @@ def search_table(datasets: dict[str, list[Sample]], memos: dict[str, MemoSearche
         started = time.perf_counter()
         for dataset, samples in datasets.items():
             memo = memos[dataset]
-            memo.policy = policy
-            search = memo.search
+            memo.searcher.policy = policy
+            search = memo.searcher.search
             found[name].update(episode_recall(lambda g, q, k, s=search: s(g, SearchQuery(query=q, k=k)), samples))
         print(f"search variant {name:<40} ({time.perf_counter() - started:.0f} s)", flush=True)
     held, chosen = recall_report.leave_one_fold_out(found, datasets, keys)
@@ -399,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         services = {name: opened[folder] for name, folder in folders.items()}
         if args.search_only:
-            search_table(datasets, {dataset: MemoSearcher(service) for dataset, service in services.items()})
+            search_table(datasets, {dataset: Memo(service) for dataset, service in services.items()})
             return
         print_loo(
             services,

@@ -18,7 +18,7 @@ metadata value; 1,200, ~4,500 characters: none of them does).
 The same episodes (codec.episode_metadata of real Episode objects, ~70-word contents) are written
 into N partitions of 20 records, ``--batch`` partitions at a time, each batch also upserted into one
 group-index collection (as ``upsert_sessions`` does), in one embedded engine with Chroma's write log
-indexed (memory.store.write_log_index). Then every record's metadata is read back from the index
+indexed (memory.engine.write_log_index). Then every record's metadata is read back from the index
 (what a first group-wide search after a start does). The two formats alternate, ``--repeats`` times
 each; medians printed.
 
@@ -55,9 +55,9 @@ from partition_floor import stop_client
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.record_formats import second_format, third_format  # noqa: E402
 
+from memory.engine.write_log_index import index_write_log
 from memory.models import BoundaryReason, Episode, GenerationMethod
 from memory.store import codec
-from memory.store.write_log_index import index_write_log
 
 DIMENSION = 384
 WORDS = "the a of to and in is it you that he was for on are with as his they be at one have this from".split()

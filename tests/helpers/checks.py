@@ -11,9 +11,9 @@ from chromadb.api import ClientAPI
 
 from api.facade import Epimem
 from memory.models import MessageState
-from memory.store.group_snapshot import GroupSnapshot
+from memory.readmodel.snapshot import GroupSnapshot
 from memory.store.records import RecordFilter
-from retrieval.keyword import KeywordIndex
+from retrieval.keyword import KEYWORDS, KeywordIndex
 
 
 def assert_consistent(
@@ -102,10 +102,21 @@ def scan_client(
     return found
 
 
+def kept_keyword_indexes(service: Epimem) -> dict[str, KeywordIndex]:
+    """The keyword index the read model keeps with each group's snapshot (those built)."""
+    found = {}
+    for group_id in service.read_model.groups():
+        snapshot = service.read_model.cached(group_id)
+        index = dict(snapshot.derived_items()).get(KEYWORDS.key) if snapshot is not None else None
+        if index is not None:
+            found[group_id] = index
+    return found
+
+
 def cached_keyword_text(service: Epimem) -> str:
-    """Everything held by the searcher's BM25 cache, as one text."""
+    """Everything held by the read model's BM25 indexes, as one text."""
     parts = []
-    for _version, index in service.searcher.keywords.entries.values():
+    for index in kept_keyword_indexes(service).values():
         parts += [f"{r.id} {r.document} {json.dumps(r.metadata, ensure_ascii=False)}" for r in index.records]
     return "\n".join(parts)
 

@@ -87,3 +87,55 @@ def test_the_architecture_page_names_every_module() -> None:
         if p.name not in ("__init__.py", "__main__.py") and f"`{p.name}`" not in page
     ]
     assert sources and unnamed == []
+
+
+# The only places that ask an object for an attribute by name (getattr, hasattr, setattr, delattr): each a
+# declared plugin point or an object of an outside library whose shape varies. Everywhere else a typed interface
+# says what is there (the read model's derived structures, for one, are ``Derivation``s registered with it).
+ATTRIBUTE_PROBES = {
+    "memory/embedding/lazy.py": 1,  # the lazy embedder hands what it does not define to the loaded model
+    "memory/lifecycle/editing.py": 3,  # an episode's correctable fields, by their names
+    "memory/lifecycle/retention.py": 1,  # a receipt's id lists, counted by their names
+    "memory/llm/client.py": 6,  # an OpenAI-compatible server's reply: usage and choices may be missing
+    "memory/store/bounded.py": 1,  # a chromadb collection's write method (add, upsert, update), by its name
+    "memory/store/calls.py": 1,  # a thread-local flag (store calls never nest)
+    "memory/store/deployment.py": 2,  # chromadb's private HTTP session, given a timeout
+    "memory/store/keys.py": 1,  # a key's limits, by their names
+    "memory/store/paging.py": 1,  # a collection's listing page: a bounded collection's, else Chroma's quota
+    "memory/tracing.py": 3,  # what an operation's arguments and errors carry (any caller's, any exception)
+    "api/http/access.py": 2,  # Starlette's app.state: the quotas, where the app was built with them
+    "api/http/home.py": 1,  # Starlette routes (a mount has no path)
+    "api/http/keys.py": 1,  # Starlette's app.state: the quotas, where the app was built with them
+    "api/http/metrics.py": 1,  # the LLM counters' fields, by their names
+    "api/http/middleware.py": 1,  # Starlette routes (a mount has no path)
+    "api/http/telemetry.py": 2,  # Starlette's app.state: the settings, where the app was built with them
+    "api/logs.py": 3,  # the extra fields of a log record
+    "api/mcp/http.py": 1,  # the keyed service hands what it does not define to the service it wraps
+    "clients/python/epimem_client/_calls.py": 1,  # a response wrapper's field, by its name
+    "clients/python/epimem_client/cli/app.py": 1,  # a private hook of Typer that some versions have
+    "clients/python/epimem_client/cli/groups.py": 1,  # a receipt's counts, summed by their names
+}
+
+
+def attribute_probes() -> dict[str, int]:
+    """Calls of getattr / hasattr / setattr / delattr per module of the project."""
+    import ast
+
+    found: dict[str, int] = {}
+    sources = [path for package in ("memory", "retrieval", "api") for path in (ROOT / package).rglob("*.py")]
+    sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
+    for path in sources:
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+        ]
+        if calls:
+            found[str(path.relative_to(ROOT))] = len(calls)
+    return found
+
+
+def test_objects_are_asked_for_attributes_by_name_only_at_declared_plugin_points() -> None:
+    assert attribute_probes() == ATTRIBUTE_PROBES

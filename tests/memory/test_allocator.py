@@ -1,4 +1,4 @@
-"""A process that opens an embedded store sets glibc's malloc the way memory.store.allocator says:
+"""A process that opens an embedded store sets glibc's malloc the way memory.engine.allocator says:
 fresh blocks hold zeros, not what was freed there (erasure), and its threads share a bounded number
 of arenas (resident memory). Each case runs in a fresh interpreter: the settings last for the process."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.store.allocator import ARENAS
+from memory.engine.allocator import ARENAS
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings"

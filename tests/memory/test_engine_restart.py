@@ -24,10 +24,10 @@ from helpers.servers import ChromaServer
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.engine.folder_lock import release_folder
 from memory.store.codec import index_name, partition_name
 from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
 from memory.store.factory import open_store
-from memory.store.folder_lock import release_folder
 from memory.store.records import RecordFilter, VectorRecord
 
 # Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.

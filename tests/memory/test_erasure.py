@@ -27,9 +27,9 @@ from helpers.servers import ChromaServer, ServerProcess
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.engine.erasure import residue_collections
 from memory.store import codec
 from memory.store.connection import PARTITIONS_FOLDER, close_embedded
-from memory.store.erasure import residue_collections
 
 # Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
 pytestmark = pytest.mark.slow
@@ -113,7 +113,10 @@ def test_deletes_leave_no_byte_in_the_data_folder(make_embedded: Callable[[], Ep
     _stop_engine(data_dir)
 
     assert scan_folder(data_dir, needles) == []
-    assert residue_collections(data_dir / "chroma") == [] and residue_collections(data_dir / PARTITIONS_FOLDER) == []
+    assert (
+        residue_collections(data_dir / "chroma", codec.unstamped) == []
+        and residue_collections(data_dir / PARTITIONS_FOLDER, codec.unstamped) == []
+    )
 
     again = make_embedded()
     assert _kept_view(again, group) == before
@@ -138,7 +141,9 @@ def test_records_written_again_unchanged_are_not_residue(make_embedded: Callable
     service.close()
     data_dir = tmp_path / "data"
     _stop_engine(data_dir)
-    residue = residue_collections(data_dir / "chroma") + residue_collections(data_dir / PARTITIONS_FOLDER)
+    residue = residue_collections(data_dir / "chroma", codec.unstamped) + residue_collections(
+        data_dir / PARTITIONS_FOLDER, codec.unstamped
+    )
     assert residue == [codec.log_name(group)]
 
 
@@ -167,7 +172,8 @@ def test_redaction_leaves_no_byte_in_the_data_folder(make_embedded: Callable[[],
     # (the summary's marks on the kept session's episodes are rewrites from before, not the redaction's)
     touched = {codec.partition_name(group, "red"), codec.index_name(group), codec.log_name(group)}
     assert touched.isdisjoint(
-        residue_collections(data_dir / "chroma") + residue_collections(data_dir / PARTITIONS_FOLDER)
+        residue_collections(data_dir / "chroma", codec.unstamped)
+        + residue_collections(data_dir / PARTITIONS_FOLDER, codec.unstamped)
     )
 
     again = make_embedded()

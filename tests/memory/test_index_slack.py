@@ -1,6 +1,6 @@
 """An embedded engine restart zeroes the unused capacity of the vector indexes saved since the last
 restart, and leaves every other index file as it is (it used to rewrite all of them: O(partitions)
-per restart, memory.store.erasure.zero_all_index_slack)."""
+per restart, memory.engine.erasure.zero_all_index_slack)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from memory.engine.folder_lock import release_folder
 from memory.store.codec import partition_name
 from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
 from memory.store.factory import open_store
-from memory.store.folder_lock import release_folder
 from memory.store.records import RecordFilter, VectorRecord
 
 GROUP = "g"

@@ -19,8 +19,8 @@ from helpers.record_formats import second_format, third_format
 
 from api.facade import Epimem
 from memory.models import GroupConfiguration
+from memory.readmodel.files import CLAIMED, FOLDER
 from memory.store import codec
-from memory.store.snapshot_files import CLAIMED, FOLDER
 
 PAGE = 500
 

@@ -1,11 +1,11 @@
-"""Arrays grown at their end in place (memory.store.row_buffer): what a snapshot or an index handed out
+"""Arrays grown at their end in place (memory.readmodel.row_buffer): what a snapshot or an index handed out
 before an append keeps seeing, and when an append must copy."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from memory.store.row_buffer import appended, grown
+from memory.readmodel.row_buffer import appended, grown
 
 
 def test_an_append_leaves_the_earlier_views_as_they_were() -> None:

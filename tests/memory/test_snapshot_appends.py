@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.facade import Epimem
-from memory.store import group_snapshot
+from memory.readmodel import snapshot as group_snapshot
+from memory.readmodel.model import ReadModel
+from memory.readmodel.snapshot import KIND_CODE, GroupSnapshot
 from memory.store.factory import open_store
-from memory.store.group_snapshot import KIND_CODE, GroupSnapshot
 
 STEPS = st.lists(
     st.tuples(st.sampled_from(["add", "add", "add", "search", "flush", "delete"]), st.integers(0, 2)),
@@ -42,7 +43,7 @@ def test_extended_snapshots_equal_fresh_ones(
     service = make_service(auto_flush_pending=5)
     group = f"g-{uuid.uuid4().hex[:8]}"  # the examples share the test's data folder
     store = service.memory.store
-    reader = open_store(store.connection, model_id=store.model_id).vectors  # its own cache: reads from scratch
+    reader = ReadModel(open_store(store.connection, model_id=store.model_id))  # its own: reads from scratch
     counter = 0
     for action, session in steps:
         sid = f"s{session}"
@@ -60,7 +61,7 @@ def test_extended_snapshots_equal_fresh_ones(
         if not service.memory.sessions(group):
             continue
         service.search(group, "the dog Rex", k=3)  # the read path takes (or extends) the snapshot here
-        extended = store.vectors.snapshot(group)
+        extended = service.read_model.snapshot(group)
         same(extended, reader.snapshot(group))
 
 
@@ -70,7 +71,7 @@ def test_an_add_to_a_known_session_extends_the_snapshot_without_reading_the_grou
     service = make_service()
     service.add_messages(group_id, "s", messages(2, prefix="a"))
     service.search(group_id, "Rex", k=3)
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     before = snapshots.stats()
     service.add_messages(group_id, "s", messages(2, prefix="b"))
     hits = service.search(group_id, "Rex", k=3)
@@ -90,7 +91,7 @@ def test_a_snapshot_keeps_a_bounded_number_of_parsed_episodes(
         service.flush(group_id, f"s{session}")
     monkeypatch.setattr(group_snapshot, "PARSED_EPISODES_KEPT", 3)
     bounded = service.search(group_id, "Rex at the lake", k=5)
-    snapshot = service.memory.store.vectors.snapshot(group_id)
+    snapshot = service.read_model.snapshot(group_id)
     assert snapshot.full and len(snapshot._episodes) <= 3
     episode_ids = [snapshot.ids[p] for p in range(len(snapshot.ids)) if snapshot.kinds[p] == KIND_CODE["episode"]]
     assert len(episode_ids) == 5

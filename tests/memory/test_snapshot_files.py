@@ -1,4 +1,4 @@
-"""Read snapshots kept on disk between two runs (memory.store.snapshot_files, embedded Chroma): a
+"""Read snapshots kept on disk between two runs (memory.readmodel.files, embedded Chroma): a
 snapshot loaded at the next start reads exactly like one built from Chroma (full and columns-only, its
 keyword index restored); a file is never used once the group was written after it, nor one a process
 left behind without closing, nor one that does not match the group; a delete scrubs the file at once,
@@ -20,10 +20,13 @@ from test_snapshot_patches import QUERIES
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
-from memory.store.connection import close_embedded
+from memory.engine.folder_lock import release_folder
+from memory.models import GroupConfiguration
+from memory.readmodel.files import CLAIMED, FOLDER, file_name
+from memory.readmodel.model import ReadModel
+from memory.store.connection import close_embedded, open_connection
 from memory.store.factory import open_store
-from memory.store.snapshot_files import CLAIMED, FOLDER, file_name
-from retrieval.keyword import KeywordIndex
+from retrieval.keyword import KeywordIndex, keyword_index
 
 # Restarts of the embedded engine in every test: in the whole command, not the quick loop.
 pytestmark = pytest.mark.slow
@@ -47,11 +50,11 @@ def start(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Cal
         running.clear()
         close_embedded(folder)
         running.append(Epimem.from_settings(Settings(data_dir=folder), background=False, embedder=embedder))
-        snapshots = running[0].memory.store.vectors.snapshots
+        read_model = running[0].read_model
         if tier != "full":
-            snapshots.full_group_bytes = 0
+            read_model.full_group_bytes = 0
         if tier == "columns-only":
-            snapshots.vector_group_bytes = 0
+            read_model.vector_group_bytes = 0
         return running[0]
 
     yield make
@@ -73,23 +76,21 @@ def reads(service: Epimem) -> list[Any]:
     return answers(service, GROUP, QUERIES)
 
 
-def files(service: Epimem) -> Any:
-    return service.memory.store.connection.files
-
-
 def assert_equals_a_fresh_build(service: Epimem) -> None:
     store = service.memory.store
-    kept = store.vectors.snapshot(GROUP, fresh=True)
-    scratch = open_store(store.connection, model_id=store.model_id).vectors  # its own cache, read from Chroma
-    scratch.snapshots.full_group_bytes = store.vectors.snapshots.full_group_bytes
-    scratch.snapshots.vector_group_bytes = store.vectors.snapshots.vector_group_bytes
+    kept = service.read_model.snapshot(GROUP, fresh=True)
+    reader = service.read_model.reader(GROUP)
+    scratch = ReadModel(open_store(store.connection, model_id=store.model_id))  # its own, read from Chroma
+    scratch.full_group_bytes = service.read_model.full_group_bytes
+    scratch.vector_group_bytes = service.read_model.vector_group_bytes
     fresh = scratch.snapshot(GROUP)
     assert by_record(kept) == by_record(fresh)
     assert list(kept.ids) == list(fresh.ids)  # the stored order too
     assert kept.full == fresh.full and (kept.directions is None) == (fresh.directions is None)
     assert (kept.messages or {}) == (fresh.messages or {})
     assert (kept.config, kept.sessions) == (fresh.config, fresh.sessions)
-    index, built = service.searcher.keywords.get(kept), KeywordIndex(fresh)
+    assert reader.columns is kept
+    index, built = keyword_index(reader), KeywordIndex(fresh)
     for query in QUERIES:
         ours, theirs = keyword_scores(index, kept, query), keyword_scores(built, fresh, query)
         assert np.array_equal([ours[r] for r in theirs], list(theirs.values())), query
@@ -104,7 +105,7 @@ def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(start: Call
     assert reads(service) == expected
     cache = service.stats().read_cache
     assert cache is not None and cache.loads == 1 and cache.full_groups == int(tier == "full")
-    assert (service.memory.store.vectors.snapshot(GROUP).directions is None) == (tier == "columns-only")
+    assert (service.read_model.snapshot(GROUP).directions is None) == (tier == "columns-only")
     assert_equals_a_fresh_build(service)
 
 
@@ -142,7 +143,7 @@ def test_files_left_by_a_process_that_did_not_close_are_never_used(
     service.add_messages(GROUP, "s4", [{"id": "new", "content": "A new word about the velodrome."}])
     # A crash between a write and its scrub: the old file still claimed, and the claim never given back.
     shutil.copy(old, kept)
-    service.memory.store.vectors.snapshots._files = None
+    service.read_model._files = None
     service = start()
     assert not kept.exists() and not (folder / FOLDER).exists()  # scrubbed by the claim of this start
     assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
@@ -150,6 +151,33 @@ def test_files_left_by_a_process_that_did_not_close_are_never_used(
     cache = service.stats().read_cache
     assert cache is not None and cache.loads == 0
     assert_equals_a_fresh_build(service)
+
+
+def test_a_write_made_before_the_read_model_opened_scrubs_the_kept_file(
+    start: Callable[..., Epimem], tmp_path: Path
+) -> None:
+    """The kept files hear of writes from the moment the process's first read model opens on the connection;
+    a group the process wrote before then has its file scrubbed at that moment, not loaded stale."""
+    folder = tmp_path / "data"
+    service = start()
+    seed(service)
+    reads(service)
+    model_id = service.memory.store.model_id
+    service.close()
+    close_embedded(folder)
+    assert (folder / FOLDER / file_name(GROUP)).is_file()
+    store = open_store(open_connection(data_dir=folder, host=None, port=0), model_id=model_id)
+    try:
+        store.log.put_group_config(GroupConfiguration(group_id=GROUP, description="written before"))
+        read_model = ReadModel(store, persist=True)
+        assert not (folder / CLAIMED / file_name(GROUP)).exists()
+        snapshot = read_model.snapshot(GROUP)
+        assert snapshot.config is not None and snapshot.config.description == "written before"
+        assert read_model.stats().loads == 0
+        read_model.close()
+    finally:
+        release_folder(folder)
+        close_embedded(folder)
 
 
 def test_a_file_that_does_not_match_the_group_is_not_used(start: Callable[..., Epimem], tmp_path: Path) -> None:
@@ -162,7 +190,7 @@ def test_a_file_that_does_not_match_the_group_is_not_used(start: Callable[..., E
     old = tmp_path / "old.snap"
     shutil.copy(folder / CLAIMED / file_name(GROUP), old)
     service.add_messages(GROUP, "s4", [{"id": "new", "content": "A new word about the velodrome."}])
-    service.memory.store.vectors.snapshots.forget()  # nothing kept at close
+    service.read_model.forget()  # nothing kept at close
     service.close()
     shutil.copy(old, folder / FOLDER / file_name(GROUP))
     service = start()

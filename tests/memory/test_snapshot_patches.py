@@ -21,11 +21,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from api.facade import Epimem
 from api.settings import Settings
+from memory.readmodel.model import ReadModel
+from memory.readmodel.snapshot import estimate_bytes
+from memory.readmodel.speakers import Speakers
 from memory.store.factory import open_store
-from memory.store.group_snapshot import estimate_bytes
-from retrieval.keyword import KeywordIndex
+from retrieval.keyword import KeywordIndex, keyword_index
 from retrieval.names import learned_names
-from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, GroupSpeakers, LearnedNames
+from retrieval.speaker_names import LEARNED_NAMES, MESSAGE
 
 QUERIES = ["the dog Rex", "lake", "pottery class on Thursday"]
 TEXT = ("Hey Mel, the dog Rex swam in the lake.", "Thanks Caro! Rex loves the lake.")
@@ -40,9 +42,8 @@ class Patches(RuleBasedStateMachine):
         self.service, self.other = service, other
         self.group = f"g-{uuid.uuid4().hex[:8]}"  # the examples share the test's data folder
         store = service.memory.store
-        self.store = store
-        self.scratch = open_store(store.connection, model_id=store.model_id).vectors  # its own cache
-        store.vectors.snapshots.full_group_bytes = self.scratch.snapshots.full_group_bytes = full_group_bytes
+        self.scratch = ReadModel(open_store(store.connection, model_id=store.model_id))  # a read model of its own
+        service.read_model.full_group_bytes = self.scratch.full_group_bytes = full_group_bytes
         self.counter = 0
 
     def _batch(self, session: str, count: int) -> list[Any]:
@@ -104,9 +105,12 @@ class Patches(RuleBasedStateMachine):
         if not self.service.memory.sessions(self.group):
             return
         self.service.search(self.group, QUERIES[0], k=3)  # the read path takes (or patches) the snapshot
-        kept = self.store.vectors.snapshot(self.group, fresh=True)
+        kept = self.service.read_model.snapshot(self.group, fresh=True)
+        reader = self.service.read_model.reader(self.group)
+        assert reader.columns is kept
         fresh = self.scratch.snapshot(self.group, fresh=True)
-        self.scratch.snapshots.forget(self.group)  # from scratch every time
+        scratch = self.scratch.reader(self.group)
+        self.scratch.forget(self.group)  # from scratch every time
         assert by_record(kept) == by_record(fresh)
         assert kept.full == fresh.full or not len(fresh)  # an empty group fits any bound: read as full
         assert (kept.directions is None) == (fresh.directions is None)
@@ -114,7 +118,7 @@ class Patches(RuleBasedStateMachine):
         assert abs(kept.nbytes - estimated) <= 0.2 * estimated + 8192
         assert (kept.messages or {}) == (fresh.messages or {})
         assert [s.session_id for s in kept.sessions] == [s.session_id for s in fresh.sessions]
-        index = self.service.searcher.keywords.get(kept)
+        index = keyword_index(reader)
         built = KeywordIndex(fresh)
         # The same vocabulary: nothing of a deleted or rewritten text stays in the patched index.
         assert index._postings.vocabulary.keys() == built._postings.vocabulary.keys()
@@ -123,9 +127,9 @@ class Patches(RuleBasedStateMachine):
             assert ours.keys() == theirs.keys()
             assert np.allclose([ours[r] for r in theirs], list(theirs.values()), rtol=1e-6, atol=1e-7), query
         # The speakers (patched when a write only added records) as read anew.
-        assert self.service.searcher.speakers(self.group) == GroupSpeakers(fresh).names
+        assert reader.speakers() == Speakers().build(scratch)
         # The names learned from the messages (patched when a write only added later ones) as learned anew.
-        learned = kept.derived(LEARNED_NAMES, lambda: LearnedNames(kept))
+        learned = reader.derived(LEARNED_NAMES)
         order = [p for p in np.argsort(fresh.timestamps, kind="stable").tolist() if fresh.kinds[p] == MESSAGE]
         assert learned.names == learned_names(
             (fresh.producers[p], fresh.produced_for[p], fresh.documents[p]) for p in order
@@ -152,7 +156,7 @@ def test_patched_snapshots_and_keyword_indexes_equal_fresh_ones(
             embedder=embedder,
         )
     try:
-        stats = service.memory.store.vectors.snapshots.stats
+        stats = service.read_model.stats
         run_state_machine_as_test(
             lambda: Patches(service, other, 0 if tier == "vectors" else 128 * 2**20),
             settings=settings(
@@ -196,13 +200,15 @@ def test_a_group_read_while_empty_is_patched_with_its_first_vectors(
     service.flush(group, "s1")
     service.delete_session(group, "s1")
     assert service.search(group, "the dog Rex", k=3) == []
-    stats = service.memory.store.vectors.snapshots.stats
+    stats = service.read_model.stats
     extensions = stats().extensions
     service.add_messages(group, "s2", messages(2, prefix="b-", text=lambda i: TEXT[i % 2]))
     hits = service.search(group, "the dog Rex", k=3)
     assert hits and {hit.episode.session_id for hit in hits} == {"s2"}
     if backend == "embedded":  # patched, not read again
         assert stats().extensions > extensions
-    patched = service.memory.store.vectors.snapshot(group)
-    fresh = open_store(service.memory.store.connection, model_id=service.memory.store.model_id).vectors.snapshot(group)
+    patched = service.read_model.snapshot(group)
+    fresh = ReadModel(open_store(service.memory.store.connection, model_id=service.memory.store.model_id)).snapshot(
+        group
+    )
     assert by_record(patched) == by_record(fresh)

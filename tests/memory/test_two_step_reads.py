@@ -1,4 +1,4 @@
-"""A big group read from Chroma is read in two steps (memory.store.snapshot_reads): the first read waits only
+"""A big group read from Chroma is read in two steps (memory.readmodel.build): the first read waits only
 for its columns, the vectors and messages follow in the background and replace the deferred snapshot,
 brought forward with the writes that landed meanwhile; deletes made meanwhile never come back; a cache that
 closes meanwhile stops the read and keeps no file of the deferred snapshot. Both backends."""
@@ -16,22 +16,22 @@ from helpers.builders import T0, chat, two_episode_session
 from helpers.checks import answers
 
 from api.facade import Epimem
-from memory.store import snapshots as snapshots_module
-from memory.store.snapshot_files import FOLDER
-from retrieval.keyword import KeywordCache
+from memory.readmodel import model as snapshots_module
+from memory.readmodel.files import FOLDER
+from retrieval.keyword import KEYWORDS
 
 QUERIES = ["what did they say about the garden", "message 2", "tomatoes"]
 
 
 class Gate:
-    """Holds the background read (``read_snapshot`` with ``page_call``) before or after it reads."""
+    """Holds the background read (``read_snapshot`` with ``cancelled``) before or after it reads."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, after: bool) -> None:
         self.reached, self.release = threading.Event(), threading.Event()
         real = snapshots_module.read_snapshot
 
         def gated(*args: Any, **kwargs: Any) -> Any:
-            background = kwargs.get("page_call") is not None
+            background = kwargs.get("cancelled") is not None
             if background and not after:
                 self.reached.set()
                 assert self.release.wait(30)
@@ -47,7 +47,7 @@ class Gate:
 @pytest.fixture
 def two_step(make_service: Callable[..., Epimem]) -> Iterator[Epimem]:
     service = make_service()
-    service.memory.store.vectors.snapshots.two_step_records = 1  # every group counts as big
+    service.read_model.two_step_records = 1  # every group counts as big
     yield service
 
 
@@ -59,10 +59,10 @@ def _filled(service: Epimem, group_id: str) -> None:
 
 def _read_whole(service: Epimem, group_id: str) -> Any:
     """The group's snapshot read again in one step (what the upgrade must equal)."""
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     snapshots.two_step_records = None
     snapshots.forget(group_id)
-    return service.memory.store.vectors.snapshot(group_id)
+    return service.read_model.snapshot(group_id)
 
 
 def _same_rows(one: Any, two: Any) -> None:
@@ -77,19 +77,19 @@ def test_the_first_read_waits_for_the_columns_only(
     two_step: Epimem, group_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _filled(two_step, group_id)
-    snapshots = two_step.memory.store.vectors.snapshots
+    snapshots = two_step.read_model
     expected = answers(two_step, group_id, QUERIES)  # from the snapshot the writes patched
     snapshots.forget(group_id)
     gate = Gate(monkeypatch, after=False)
     assert answers(two_step, group_id, QUERIES) == expected  # columns only: the rest read from Chroma per request
-    first = two_step.memory.store.vectors.snapshot(group_id)
+    first = two_step.read_model.snapshot(group_id)
     assert first.deferred and first.directions is None and first.messages is None
     assert gate.reached.wait(30)
     gate.release.set()
     snapshots.wait_upgrades(30)
-    upgraded = two_step.memory.store.vectors.snapshot(group_id)
+    upgraded = two_step.read_model.snapshot(group_id)
     assert not upgraded.deferred and upgraded.full and upgraded.directions is not None and upgraded.messages
-    assert upgraded.has(KeywordCache.KEY)  # the columns' keyword index carried over, not built again
+    assert upgraded.has(KEYWORDS.key)  # the columns' keyword index carried over, not built again
     assert answers(two_step, group_id, QUERIES) == expected
     _same_rows(upgraded, _read_whole(two_step, group_id))
 
@@ -99,7 +99,7 @@ def test_writes_during_the_background_read_are_applied_to_it(
 ) -> None:
     """The background read ends before the writes; it is installed after them, brought forward."""
     _filled(two_step, group_id)
-    snapshots = two_step.memory.store.vectors.snapshots
+    snapshots = two_step.read_model
     snapshots.forget(group_id)
     gate = Gate(monkeypatch, after=True)
     two_step.search(group_id, "garden", k=3)
@@ -120,7 +120,7 @@ def test_a_delete_during_the_background_read_never_comes_back(
     _filled(two_step, group_id)
     two_step_session_marker = "okra"
     two_episode_session(two_step, group_id, "gone", day=9, marker=two_step_session_marker)
-    snapshots = two_step.memory.store.vectors.snapshots
+    snapshots = two_step.read_model
     snapshots.forget(group_id)
     gate = Gate(monkeypatch, after=True)
     two_step.search(group_id, "garden", k=3)
@@ -142,7 +142,7 @@ def test_a_close_stops_the_background_read_and_keeps_no_file_of_it(
     make_service: Callable[..., Epimem], group_id: str, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
     service = make_service()
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     _filled(service, group_id)
     snapshots.forget(group_id)
     snapshots.two_step_records = 1

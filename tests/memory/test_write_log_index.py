@@ -1,5 +1,5 @@
 """Embedded Chroma's write log gets an index on (topic, seq_id): opening a collection reads its own rows,
-not the whole log (memory.store.write_log_index; the speed is measured by tests/benchmarks/partition_floor.py)."""
+not the whole log (memory.engine.write_log_index; the speed is measured by tests/benchmarks/partition_floor.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.config import Settings as ChromaSettings
 
+from memory.engine.folder_lock import release_folder
+from memory.engine.write_log_index import INDEX, index_write_log
 from memory.store.connection import PARTITIONS_FOLDER, close_embedded, open_connection
 from memory.store.factory import open_store
-from memory.store.folder_lock import release_folder
 from memory.store.records import RecordFilter, VectorRecord
-from memory.store.write_log_index import INDEX, index_write_log
 
 # What chromadb 1.5.9's engine asks when it opens a collection (its Rust sources, the log reader).
 PULL = (

@@ -17,6 +17,7 @@ from memory.errors import InvalidInputError
 from memory.ingest.importers import normalise_realtalk_evidence, read_realtalk
 from memory.models import GroupConfiguration, SessionInfo
 from retrieval.names import configured_names, learned_names, named_in, without_names
+from retrieval.speaker_names import speaker_names
 
 T0 = datetime(2024, 1, 6, 19, 0, tzinfo=UTC)
 
@@ -116,9 +117,9 @@ def add_two_speakers(service: Epimem, group_id: str) -> None:
 
 def test_group_metadata_names_a_speaker_for_context_and_search(service: Epimem, group_id: str) -> None:
     add_two_speakers(service, group_id)
-    assert service.searcher.speaker_names(group_id).get("u1", set()) == set()
+    assert speaker_names(service.read_model.reader(group_id)).get("u1", set()) == set()
     service.put_group(GroupConfiguration(group_id=group_id, metadata={"speakers": {"u1": {"display_name": "Kate"}}}))
-    assert service.searcher.speaker_names(group_id)["u1"] == {"kate"}
+    assert speaker_names(service.read_model.reader(group_id))["u1"] == {"kate"}
 
     result = service.context(group_id, "What does Kate love painting?", token_budget=40)
     cited = [m for citation in result.citations for m in citation.message_ids]
@@ -136,7 +137,7 @@ def test_session_metadata_names_count_for_the_group(service: Epimem, group_id: s
     service.put_session(
         SessionInfo(group_id=group_id, session_id="s1-0", metadata={"speakers": {"u2": {"aliases": ["Liza"]}}})
     )
-    assert service.searcher.speaker_names(group_id)["u2"] == {"liza"}
+    assert speaker_names(service.read_model.reader(group_id))["u2"] == {"liza"}
     result = service.context(group_id, "What does Liza love painting?", token_budget=40)
     assert "u2: I love painting portraits" in result.text
 
@@ -153,7 +154,7 @@ def test_names_learned_from_the_conversation_reach_the_query(service: Epimem, gr
     ]
     service.add_messages(group_id, "chat", turns(lines, start=T0))
     service.flush(group_id, "chat")
-    assert service.searcher.speaker_names(group_id)["emi"] == {"kate"}
+    assert speaker_names(service.read_model.reader(group_id))["emi"] == {"kate"}
     result = service.context(group_id, "What did Kate bake?", token_budget=60)
     assert "emi: I baked a lemon tart" in result.text
 

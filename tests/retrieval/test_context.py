@@ -158,7 +158,9 @@ def test_a_reserved_share_of_the_budget_holds_the_best_match_whoever_said_it(ser
     query = ContextQuery(query="What did Ana realise after the charity race?", token_budget=60)
 
     def cited(policy: PackingPolicy) -> list[str]:
-        result = ContextBuilder(searcher=service.searcher, policy=policy).build(group_id, query)
+        result = ContextBuilder(read_model=service.read_model, embedder=service.embedder, policy=policy).build(
+            group_id, query
+        )
         assert result.tokens <= query.token_budget
         return [m for c in result.citations for m in c.message_ids]
 
@@ -258,7 +260,11 @@ def test_the_best_message_is_found_outside_the_best_ranked_episodes(make_service
     query = ContextQuery(query="When were the tomato seedlings planted in the garden?", token_budget=40)
 
     def cited(select: Literal["group", "episodes"]) -> list[str]:
-        builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(select=select, max_episodes=1))
+        builder = ContextBuilder(
+            read_model=service.read_model,
+            embedder=service.embedder,
+            policy=PackingPolicy(select=select, max_episodes=1),
+        )
         return [m for c in builder.build(group_id, query).citations for m in c.message_ids]
 
     assert all(m.startswith("a") for m in cited("episodes"))  # the best-ranked episode is the garden talk
@@ -283,7 +289,9 @@ def test_what_is_already_packed_lowers_what_repeats_it(service: Epimem, group_id
     query = ContextQuery(query="That bowl from pottery class is lovely", token_budget=75)  # room for three
 
     def cited(**spread: float) -> list[str]:  # the default length penalty holds in every case
-        builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(**spread))
+        builder = ContextBuilder(
+            read_model=service.read_model, embedder=service.embedder, policy=PackingPolicy(**spread)
+        )
         result = builder.build(group_id, query)
         assert result.tokens <= query.token_budget
         return [m for c in result.citations for m in c.message_ids]
@@ -302,7 +310,9 @@ def test_the_first_mention_can_come_before_its_restatements(service: Epimem, gro
     query = ContextQuery(query="That bowl from pottery class is lovely", token_budget=75)  # room for three
 
     def cited(query: ContextQuery = query, **knobs: float) -> list[str]:
-        builder = ContextBuilder(searcher=service.searcher, policy=PackingPolicy(**knobs))
+        builder = ContextBuilder(
+            read_model=service.read_model, embedder=service.embedder, policy=PackingPolicy(**knobs)
+        )
         result = builder.build(group_id, query)
         assert result.tokens <= query.token_budget
         return [m for c in result.citations for m in c.message_ids]

@@ -1,4 +1,4 @@
-"""The read caches (memory.store.snapshots): a cached read never returns stale or deleted data, on
+"""The read caches (memory.readmodel.model): a cached read never returns stale or deleted data, on
 both backends, after this process's writes and after another server's (two services on one Chroma
 server); the cached path gives exactly what the uncached one gives; memory stays bounded and is
 reported."""
@@ -17,6 +17,7 @@ import pytest
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from retrieval.speaker_names import speaker_names
 
 T0 = datetime(2023, 5, 1, 9, 0, tzinfo=UTC)
 TALK = [
@@ -69,16 +70,16 @@ def on_server(chroma_server: Any, data_dir: Path, embedder: SentenceTransformerE
 def test_cached_reads_equal_uncached_reads(make_service: Callable[..., Epimem], group_id: str) -> None:
     cached = make_service()
     seed(cached, group_id)
-    uncached = cached.memory.store.vectors.snapshots
+    uncached = cached.read_model
     queries = ["Who is Miso?", "When is the trip to Lisbon?", "marathon Monday", "piano"]
     expected = [(cached.context(group_id, q, token_budget=300), cached.search(group_id, q, k=5)) for q in queries]
-    assert cached.memory.store.vectors.snapshot(group_id).full
+    assert cached.read_model.snapshot(group_id).full
     # Past the full bound: the vectors and messages kept, the episodes read from Chroma; then columns only:
     # episodes, messages and vectors read from Chroma.
     for vector_group_bytes in (uncached.vector_group_bytes, 0):
         uncached.full_group_bytes, uncached.vector_group_bytes = 0, vector_group_bytes
         uncached.forget()
-        snapshot = cached.memory.store.vectors.snapshot(group_id)
+        snapshot = cached.read_model.snapshot(group_id)
         assert not snapshot.full and (snapshot.directions is not None) == (vector_group_bytes > 0)
         for query, (context, hits) in zip(queries, expected, strict=True):
             again = cached.context(group_id, query, token_budget=300)
@@ -127,15 +128,15 @@ def test_speaker_names_follow_session_metadata(service: Epimem, group_id: str) -
     from memory.models import SessionInfo
 
     seed(service, group_id)
-    assert service.searcher.speaker_names(group_id).get("ana", set()) == set()
+    assert speaker_names(service.read_model.reader(group_id)).get("ana", set()) == set()
     service.put_session(
         SessionInfo(group_id=group_id, session_id="s1", metadata={"speakers": {"Ana": {"aliases": ["Annie"]}}})
     )
-    assert service.searcher.speaker_names(group_id)["ana"] == {"annie"}
+    assert speaker_names(service.read_model.reader(group_id))["ana"] == {"annie"}
 
 
 def test_memory_is_bounded_and_reported(service: Epimem, group_id: str) -> None:
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     snapshots.max_groups = 2
     groups = [f"{group_id}-{i}" for i in range(3)]
     for group in groups:
@@ -182,14 +183,14 @@ def test_writes_of_another_server_are_seen(
 
 
 def test_versions_move_with_every_write(service: Epimem, group_id: str) -> None:
-    vectors = service.memory.store.vectors
+    read_model = service.read_model
     seed(service, group_id)
-    first = vectors.snapshot(group_id, fresh=True).version
-    assert vectors.snapshot(group_id, fresh=True).version == first  # no write: the same snapshot
+    first = read_model.reader(group_id, fresh=True).version
+    assert read_model.reader(group_id, fresh=True).version == first  # no write: the same snapshot
     service.delete_message(group_id, "s2", "b1")
-    second = vectors.snapshot(group_id, fresh=True).version
+    second = read_model.reader(group_id, fresh=True).version
     assert second != first
-    if vectors.connection.shared:
+    if service.memory.store.connection.shared:
         assert second[1] != first[1] and second[1]  # the shared stamp moved too
 
 
@@ -205,7 +206,7 @@ def test_own_writes_patch_the_snapshot(service: Epimem, group_id: str) -> None:
     """This process's writes are applied to its snapshot, on a Chroma server too (its own key in the
     group's stamp moved, no other)."""
     seed(service, group_id)
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     assert "Miso" in found_text(service, group_id, "kitten Miso")
     before = snapshots.stats()
     service.add_messages(group_id, "s1", chat("n", [("Ana", "Miso learned to open the fridge door.")], day=1))
@@ -221,7 +222,7 @@ def test_another_servers_write_is_read_again_not_patched(
     try:
         seed(one, group_id)
         assert "Miso" in found_text(two, group_id, "kitten Miso")
-        snapshots = two.memory.store.vectors.snapshots
+        snapshots = two.read_model
         two.add_messages(group_id, "s1", chat("t", [("Ben", "The fridge door is now locked.")], day=1))
         one.add_messages(group_id, "s1", chat("o", [("Ana", "Miso found the fridge key.")], day=1))
         before = snapshots.stats()
@@ -239,7 +240,7 @@ def test_a_group_past_the_full_bound_reads_no_message_or_vector_per_request(
 ) -> None:
     """Past the full bound a group keeps its vectors and messages (not its metadata): a search or a
     context reads neither from Chroma nor from the log, also right after a write (patched in)."""
-    snapshots = service.memory.store.vectors.snapshots
+    snapshots = service.read_model
     snapshots.full_group_bytes = 0
     seed(service, group_id)
     reads: list[str] = []
@@ -255,7 +256,7 @@ def test_a_group_past_the_full_bound_reads_no_message_or_vector_per_request(
 
         monkeypatch.setattr(owner, name, counted)
     assert "Miso" in found_text(service, group_id, "kitten Miso")
-    snapshot = service.memory.store.vectors.snapshot(group_id)
+    snapshot = service.read_model.snapshot(group_id)
     assert not snapshot.full and snapshot.directions is not None and snapshot.messages
     service.add_messages(group_id, "s1", chat("n", [("Ana", "Miso learned to open the fridge door.")], day=1))
     assert "n0" in cited(service, group_id, "fridge door")
@@ -270,7 +271,7 @@ def test_a_replaced_snapshot_is_freed_without_the_garbage_collector(service: Epi
     every few writes to a big group)."""
     seed(service, group_id)
     assert "Miso" in found_text(service, group_id, "kitten Miso")  # the snapshot and its keyword index built
-    gone = weakref.ref(service.memory.store.vectors.snapshot(group_id))
+    gone = weakref.ref(service.read_model.snapshot(group_id))
     gc.disable()
     try:
         service.add_messages(group_id, "s1", chat("n", [("Ana", "Miso learned to open the fridge door.")], day=1))

@@ -10,8 +10,13 @@ from helpers.builders import messages
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError
-from retrieval.scoring import ScoringPolicy, scored_rows, unit
-from retrieval.types import ContextQuery, Order, SearchQuery
+from memory.readmodel.reader import unit
+from retrieval.analysis import understand
+from retrieval.keyword import KeywordIndex, keyword_index
+from retrieval.message_rows import episode_rows
+from retrieval.policy import ScoringPolicy
+from retrieval.scoring import scored_rows
+from retrieval.types import ContextQuery, Order, SearchHit, SearchQuery
 
 T0 = datetime(2023, 3, 1, 12, 0, tzinfo=UTC)
 REF = datetime(2023, 3, 15, 10, 0, tzinfo=UTC)  # a Wednesday
@@ -119,17 +124,24 @@ def test_near_duplicates_are_removed(service: Epimem, group_id: str) -> None:
 
 def test_keyword_index_is_built_once_per_change_not_per_query(service: Epimem, group_id: str) -> None:
     add_topics(service, group_id)
-    cache = service.searcher.keywords
-    service.search(group_id, "violin", k=3)
-    builds = cache.builds
+    indexes: list[KeywordIndex] = []  # every index the read path used, once each
+
+    def searched(query: str) -> list[SearchHit]:
+        hits = service.search(group_id, query, k=3)
+        index = keyword_index(service.read_model.reader(group_id))  # the one the search read (no write since)
+        if not any(index is seen for seen in indexes):
+            indexes.append(index)
+        return hits
+
+    searched("violin")
     for query in ("lake", "bread", "scales", "recital"):
-        service.search(group_id, query, k=3)
+        searched(query)
         service.context(group_id, query, token_budget=200)
-    assert cache.builds == builds  # nothing changed: no rebuild
+    assert len(indexes) == 1  # nothing changed: no rebuild
     service.add_messages(group_id, "new", [{"id": "n1", "content": "Chess club on Friday.", "timestamp": REF}])
     service.flush(group_id, "new")
-    assert service.search(group_id, "chess club", k=1)[0].episode.session_id == "new"
-    assert cache.builds == builds + 1
+    assert searched("chess club")[0].episode.session_id == "new"
+    assert len(indexes) == 2
     service.delete_session(group_id, "new")
     assert all(h.episode.session_id != "new" for h in service.search(group_id, "chess club", k=5))
 
@@ -174,14 +186,13 @@ def test_an_episode_s_cosine_sees_its_late_turns_through_its_messages_centroid(
     )
     (episode,) = service.flush(group_id, "s")
     query = "meteor shower camping trip"
-    searcher = service.searcher
-    rows = searcher.episode_rows(group_id, [episode.uuid])
-    vector = unit(searcher.embed_query(query))
-    keyword = searcher.keyword_scores(group_id, query)[1]
-    plain = ContextQuery(query=query)
-    analysis = searcher.analyse(group_id, plain, ScoringPolicy())
-    own = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.0))[0]
-    blended = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(episode_centroid=0.5))[0]
+    group = service.read_model.reader(group_id)
+    rows = episode_rows(group, [episode.uuid])
+    vector = unit(service.embedder.embed_query(query))
+    keyword = keyword_index(group).scores(query)
+    request = understand(group, ContextQuery(query=query), ScoringPolicy())
+    own = scored_rows(rows, vector, keyword, request, ScoringPolicy(episode_centroid=0.0))[0]
+    blended = scored_rows(rows, vector, keyword, request, ScoringPolicy(episode_centroid=0.5))[0]
     gain = blended - own
     # every turn takes its episode's better cosine (episode_share 0.8 of a gain over 0.05), and only that changes
     assert len(rows) == 12 and gain.min() > 0.8 * 0.05
@@ -199,38 +210,37 @@ def test_a_question_naming_the_wrong_person_can_still_reach_what_the_other_said(
     batch = messages(len(texts), prefix="m", start=T0, text=texts, speakers=("Ben", "Ana"))
     service.add_messages(group_id, "s", batch)
     episodes = service.flush(group_id, "s")
-    searcher = service.searcher
-    rows = searcher.episode_rows(group_id, [e.uuid for e in episodes])
+    group = service.read_model.reader(group_id)
+    rows = episode_rows(group, [e.uuid for e in episodes])
     query = "What did Ana realise after the charity race?"
-    vector = unit(searcher.embed_query(query))
-    keyword = searcher.keyword_scores(group_id, query)[1]
-    plain = ContextQuery(query=query)
-    analysis = searcher.analyse(group_id, plain, ScoringPolicy())
-    assert analysis.named == {"ana"}
+    vector = unit(service.embedder.embed_query(query))
+    keyword = keyword_index(group).scores(query)
+    request = understand(group, ContextQuery(query=query), ScoringPolicy())
+    assert request.analysis.named == {"ana"}
     speakers = [str(s).casefold() for s in rows.speakers]
     assert speakers == ["ben", "ana", "ben", "ana"]
     bonus = ScoringPolicy().speaker_bonus
-    before = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy())[0]
-    without = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_bonus=0.0))[0]
+    before = scored_rows(rows, vector, keyword, request, ScoringPolicy())[0]
+    without = scored_rows(rows, vector, keyword, request, ScoringPolicy(speaker_bonus=0.0))[0]
     assert list(before - without) == pytest.approx([0.0, bonus, 0.0, bonus])  # the prior: Ana's turns only
     assert int(without.argmax()) == 0  # yet Ben's turn is the one that matches
     # admitted: the best match before the prior gets it too, whoever said it; nothing else changes
-    admitted = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_admit=1))[0]
+    admitted = scored_rows(rows, vector, keyword, request, ScoringPolicy(speaker_admit=1))[0]
     assert list(admitted - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
     assert int(admitted.argmax()) == 0
     # a share of the prior for the speakers the question does not name
-    shared = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(other_speaker_share=0.5))[0]
+    shared = scored_rows(rows, vector, keyword, request, ScoringPolicy(other_speaker_share=0.5))[0]
     assert list(shared - before) == pytest.approx([bonus / 2, 0.0, bonus / 2, 0.0])
     # the cap: the bonus also for what outscores every one of Ana's turns (Ben's race), by more than its margin
-    capped = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_cap=True))[0]
+    capped = scored_rows(rows, vector, keyword, request, ScoringPolicy(speaker_cap=True))[0]
     assert list(capped - before) == pytest.approx([bonus, 0.0, 0.0, 0.0])
     lead = float(without[0] - max(without[1], without[3]))  # Ben's race over Ana's best turn
     assert lead > 0.05
     wide = ScoringPolicy(speaker_cap=True, speaker_cap_margin=lead + 0.01)
-    assert list(scored_rows(rows, vector, keyword, plain, analysis, wide)[0]) == pytest.approx(list(before))
+    assert list(scored_rows(rows, vector, keyword, request, wide)[0]) == pytest.approx(list(before))
     # the gate: another speaker's best leads Ana's best by more than the gate, so the question is read as
     # naming the wrong person and every turn gets the bonus (the order before the prior); a wider gate: the prior
-    gated = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead - 0.01))[0]
+    gated = scored_rows(rows, vector, keyword, request, ScoringPolicy(speaker_gate=lead - 0.01))[0]
     assert list(gated - without) == pytest.approx([bonus] * 4)
-    kept = scored_rows(rows, vector, keyword, plain, analysis, ScoringPolicy(speaker_gate=lead + 0.01))[0]
+    kept = scored_rows(rows, vector, keyword, request, ScoringPolicy(speaker_gate=lead + 0.01))[0]
     assert list(kept) == pytest.approx(list(before))

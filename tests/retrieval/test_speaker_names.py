@@ -10,15 +10,17 @@ from helpers.builders import T0, messages
 
 from api.facade import Epimem
 from retrieval.names import learned_names
-from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, LearnedNames
+from retrieval.speaker_names import LEARNED_NAMES, MESSAGE, LearnedNames, speaker_names
 
 TEXT = ("Hey Mel, the dog Rex swam in the lake.", "Thanks Caro! Rex loves the lake.")
 
 
 def learned(service: Epimem, group_id: str) -> LearnedNames:
     service.search(group_id, "Where did Rex swim?", k=2)  # the read path takes (or patches) the snapshot
-    snapshot = service.searcher.snapshot(group_id)
-    found: LearnedNames = snapshot.derived(LEARNED_NAMES, lambda: None)
+    reader = service.read_model.reader(group_id)
+    snapshot = reader.columns
+    assert reader.version == service.read_model.snapshot(group_id).version
+    found = reader.derived(LEARNED_NAMES)  # the one the search kept (or patched), not built here
     order = [p for p in np.argsort(snapshot.timestamps, kind="stable").tolist() if snapshot.kinds[p] == MESSAGE]
     said = [(snapshot.producers[p], snapshot.produced_for[p], snapshot.documents[p]) for p in order]
     assert found.names == learned_names(said), "as one pass over every message learns them"
@@ -40,4 +42,4 @@ def test_later_messages_patch_the_learned_names_and_anything_else_learns_again(s
     add("d", 1, 2, producer_id="Ben")  # a new speaker changes whom a message without addressee answers
     assert learned(service, group_id).fed == 10
     service.search(group_id, "Did Mel swim?", k=2)
-    assert service.searcher.speaker_names(group_id)["melanie"] == {"mel"}
+    assert speaker_names(service.read_model.reader(group_id))["melanie"] == {"mel"}

@@ -35,7 +35,7 @@ import shutil
 import sqlite3
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,15 +46,18 @@ import numpy as np
 from chromadb.api import ClientAPI
 from chromadb.config import Settings as ChromaSettings
 
-from memory.store import codec
-from memory.store.paging import collections_of, pages
-
 log = logging.getLogger("epimem.erasure")
 
 DATABASE = "chroma.sqlite3"
 REBUILD_SUFFIX = "-rebuild"  # the suffix StoreAdmin.finish_rebuilds completes after a crash
 _DELETE = 3  # embeddings_queue.operation of a delete (0 add, 1 update, 2 upsert, 3 delete)
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# Records (and collections) one call reads or writes: Chroma Cloud's quota (memory.store.quotas), which every
+# Chroma call of epimem keeps, the embedded engine's upkeep too (the tests' cloud profile checks them all).
+PAGE = 300
+# What of a record's stored metadata says whether two writes of it are the same record (the store's record
+# format knows: memory.store.codec.unstamped leaves out the time of the write).
+SameRecord = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 
 
 @dataclass
@@ -92,9 +95,10 @@ def _open(folder: Path, *, read_only: bool = False) -> sqlite3.Connection:
 _MOVES_ON_FORMATION = "episode_id"
 
 
-def residue_collections(folder: Path) -> list[str]:
+def residue_collections(folder: Path, same: SameRecord) -> list[str]:
     """Live collections whose write log still holds a delete or an overwritten record (one whose text
-    or metadata changed; a message record that only moved from its open episode to its episode is not)."""
+    or metadata changed, as ``same`` sees them; a message record that only moved from its open episode to its
+    episode is not)."""
     if not (Path(folder) / DATABASE).exists():
         return []
     with _open(folder, read_only=True) as db:
@@ -112,7 +116,7 @@ def residue_collections(folder: Path) -> list[str]:
         ).fetchall()
     versions: dict[tuple[str, str], set[str]] = {}
     for topic, record_id, metadata in rewritten:
-        kept = {k: v for k, v in codec.unstamped(json.loads(metadata or "{}")).items() if k != _MOVES_ON_FORMATION}
+        kept = {k: v for k, v in same(json.loads(metadata or "{}")).items() if k != _MOVES_ON_FORMATION}
         versions.setdefault((topic, record_id), set()).add(json.dumps(kept, sort_keys=True))
     changed = {topic for (topic, _), seen in versions.items() if len(seen) > 1}
     found = {names.get(_collection_id(topic)) for topic in deleted | changed}
@@ -127,7 +131,7 @@ def rebuild_collection(client: ClientAPI, name: str) -> None:
     """Replace a collection by a copy of its live records (same name, metadata and vectors)."""
     old = client.get_collection(name, embedding_function=None)
     temporary = f"{name}{REBUILD_SUFFIX}"
-    if temporary in {c.name for c in collections_of(client)}:
+    if temporary in _collection_names(client):
         client.delete_collection(temporary)  # an earlier attempt that did not finish; the original is intact
     metadata = dict(old.metadata or {}) or None
     space = (old.configuration or {}).get("hnsw", {}) or {}
@@ -135,10 +139,25 @@ def rebuild_collection(client: ClientAPI, name: str) -> None:
     if not (metadata and "hnsw:space" in metadata) and space.get("space"):
         configuration = {"hnsw": {"space": space["space"]}}
     new = client.create_collection(temporary, metadata=metadata, configuration=configuration, embedding_function=None)
-    for page in pages(old, ["embeddings", "documents", "metadatas"]):
-        _copy(new, page)
+    ids = _listed(lambda offset: old.get(limit=PAGE, offset=offset, include=[])["ids"])
+    for start in range(0, len(ids), PAGE):
+        _copy(new, old.get(ids=ids[start : start + PAGE], include=["embeddings", "documents", "metadatas"]))
     client.delete_collection(name)
     new.modify(name=name)
+
+
+def _listed(page: Callable[[int], list[str]]) -> list[str]:
+    """Everything ``page(offset)`` lists, PAGE at a time (nothing else uses the engine meanwhile: no entry moves)."""
+    found: list[str] = []
+    while True:
+        entries = list(page(len(found)))
+        found += entries
+        if len(entries) < PAGE:
+            return found
+
+
+def _collection_names(client: ClientAPI) -> set[str]:
+    return set(_listed(lambda offset: [c.name for c in client.list_collections(limit=PAGE, offset=offset)]))
 
 
 def _copy(collection: Any, page: Any) -> None:
@@ -296,15 +315,16 @@ def erase(
     stop: Callable[[], None],
     start: Callable[[], ClientAPI],
     names: Iterable[str] = (),
-    residue: bool = False,
+    residue: SameRecord | None = None,
 ) -> tuple[ClientAPI, ErasureReport]:
     """Rebuild ``names`` that exist (and, with ``residue``, every collection whose write log holds a
-    delete or an overwrite), stop the engine, scrub the folder, start the engine again. The caller
-    makes sure no other call uses the engine meanwhile. Returns the new client and the report."""
+    delete or an overwrite: ``residue_collections``), stop the engine, scrub the folder, start the engine
+    again. The caller makes sure no other call uses the engine meanwhile. Returns the new client and the
+    report."""
     began = time.perf_counter()
     report = ErasureReport(bytes_before=_size(folder))
-    existing = {c.name for c in collections_of(client)}
-    found = set(residue_collections(folder)) if residue else set()
+    existing = _collection_names(client)
+    found = set(residue_collections(folder, residue)) if residue is not None else set()
     wanted = sorted((found | set(names)) & existing)
     for name in wanted:
         if name.endswith(REBUILD_SUFFIX):
@@ -328,9 +348,10 @@ def erase(
     return client, report
 
 
-def erase_folder(folder: Path) -> ErasureReport:
+def erase_folder(folder: Path, same: SameRecord) -> ErasureReport:
     """Erase the residue of a Chroma folder that no server or process has open (``epimem
-    erase-residue``): the engine is started embedded on it for the rebuilds, then stopped."""
+    erase-residue``): the engine is started embedded on it for the rebuilds, then stopped. ``same``: as
+    for ``residue_collections``."""
     from chromadb.api.shared_system_client import SharedSystemClient
 
     path = str(Path(folder).resolve())
@@ -347,7 +368,7 @@ def erase_folder(folder: Path) -> ErasureReport:
         if system is not None:
             system.stop()
 
-    _, report = erase(start(), Path(path), stop=stop, start=start, residue=True)
+    _, report = erase(start(), Path(path), stop=stop, start=start, residue=same)
     stop()
     return report
 

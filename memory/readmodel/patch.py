@@ -1,12 +1,12 @@
 """A group's read snapshot patched with what this process's writes changed, instead of read again.
 
-Every write of a group's records tells the connection what it did (a ``Change``, journaled per local
-version: ``memory.store.versions.changed``); the snapshot cache applies the changes since its snapshot
+Every write of a group's records publishes what it did (a ``Change``, numbered per local version on the
+connection's feed: ``memory.store.changes``); the read model applies the changes since its snapshot
 (``patch``): records added, rewritten in place (upserts, replacements, metadata updates) or removed,
 log messages added or removed, the group's configuration and session records read again. The result
 equals a snapshot read from scratch (tests/memory/test_snapshot_patches.py) except for the stored order
-of rewritten records. Derived structures that know how (``Patchable``: the keyword index) are patched
-too, from the ``Patch`` that says where each row of the new snapshot was in the old one.
+of rewritten records. Derived structures that know how (``Derivation.patched``: the keyword index) are
+patched too, from the ``Patch`` that says where each row of the new snapshot was in the old one.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Protocol, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from memory.models import Message
-from memory.store.group_snapshot import (
+from memory.readmodel.row_buffer import RowBuffer, appended, grown
+from memory.readmodel.snapshot import (
     FULL_RECORD_BYTES,
     VECTOR_RECORD_BYTES,
     GroupSnapshot,
@@ -28,28 +28,10 @@ from memory.store.group_snapshot import (
     messages_bytes,
     rows_bytes,
 )
+from memory.store.changes import Change
 from memory.store.records import VectorRecord
-from memory.store.row_buffer import RowBuffer, appended, grown
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Change:
-    """What one write did to a group (``memory.store.versions.changed``), in the order it did it:
-    vector records removed, then ``records`` written whole (an upsert: an existing record's metadata
-    is merged with the new one, unless ``merge`` is False: replaced), then ``updates`` (metadata merged
-    into existing records; a None value removes its key); log messages written (by log record id) or
-    removed; ``group_records``: the group's configuration or session records were written."""
-
-    records: tuple[VectorRecord, ...] = ()
-    merge: bool = True
-    removed: tuple[str, ...] = ()
-    updates: tuple[tuple[str, dict[str, Any]], ...] = ()
-    messages: tuple[tuple[str, Message], ...] = ()
-    insert: bool = False
-    removed_messages: tuple[str, ...] = ()
-    group_records: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,10 +41,6 @@ class Patch:
 
     old_of_new: np.ndarray  # int64
     rewritten: np.ndarray  # int64, sorted
-
-
-class Patchable(Protocol):
-    def patched(self, snapshot: GroupSnapshot, patch: Patch, previous: GroupSnapshot) -> Any: ...
 
 
 def fold(snapshot: GroupSnapshot, changes: Sequence[Change]) -> dict[str, VectorRecord | None]:
@@ -261,10 +239,3 @@ def diff(previous: GroupSnapshot, fresh: GroupSnapshot) -> Patch:
         )
     ]
     return Patch(old_of_new=old_of_new, rewritten=np.asarray(rewritten, dtype=np.int64))
-
-
-def inherit(patched: GroupSnapshot, previous: GroupSnapshot, how: Patch) -> None:
-    """Carry the previous snapshot's derived structures that can patch themselves over to the new one."""
-    for key, value in previous.derived_items():
-        if hasattr(value, "patched"):
-            patched.adopt(key, value.patched(patched, how, previous))

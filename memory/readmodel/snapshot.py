@@ -1,6 +1,7 @@
 """One group's read snapshot: the columns of every record of its index; when "full" also the records'
 metadata, unit vectors and the group's messages; for a group past that size limit but within a larger one,
-the unit vectors and messages without the metadata (memory.store.snapshots keeps them, per version)."""
+the unit vectors and messages without the metadata (memory.readmodel.model keeps them, per version; readers
+see them through memory.readmodel.reader, never by their tier)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from memory.models import Episode, GroupConfiguration, Message, SessionInfo
+from memory.readmodel.row_buffer import RowBuffer
 from memory.store import codec
 from memory.store.records import VectorRecord
-from memory.store.row_buffer import RowBuffer
 
 KINDS = ("episode", "summary", "message")
 # Bytes a full snapshot is estimated to hold per record beyond its vector (metadata, message): what
-# decides, from the group's count alone, whether it is read in full (memory.store.snapshots).
+# decides, from the group's count alone, whether it is read in full (memory.readmodel.build).
 FULL_RECORD_BYTES = 1600
 # The same for a group past that bound that still keeps its unit vectors and messages (not its records'
 # metadata, nor parsed episodes): a search then reads no message and no vector from Chroma or the log.
@@ -69,7 +70,7 @@ class GroupSnapshot:
     sessions: list[SessionInfo]
     full: bool = False
     # Read as columns alone although the group fits a larger tier: the rest is being read in the
-    # background (memory.store.snapshots: two-step reads of big groups).
+    # background (memory.readmodel.upgrades: two-step reads of big groups).
     deferred: bool = False
     metadatas: list[dict[str, Any]] | None = None
     # Each stored vector / float(np.linalg.norm(vector)), float32 (records x dimension): the read path's
@@ -146,8 +147,8 @@ class GroupSnapshot:
         return None if position is None or self.directions is None else self.directions[position]
 
     def derived(self, key: str, build: Callable[[], Any], size: Callable[[Any], int] | None = None) -> Any:
-        """A structure built from this snapshot once (the read path's keyword index, names...), kept
-        with it and counted in its size."""
+        """A structure built from this snapshot once (memory.readmodel.derived), kept with it and counted
+        in its size."""
         found = self._derived.get(key)
         if found is not None:
             return found
@@ -166,11 +167,11 @@ class GroupSnapshot:
         with self._lock:
             return list(self._derived.items())
 
-    def adopt(self, key: str, value: Any) -> None:
-        """A derived structure brought over from the snapshot this one was patched from."""
+    def adopt(self, key: str, value: Any, nbytes: int) -> None:
+        """A derived structure brought over from the snapshot this one was patched from (or from disk)."""
         with self._lock:
             self._derived[key] = value
-            self._derived_bytes[key] = int(getattr(value, "nbytes", 0))
+            self._derived_bytes[key] = nbytes
 
     @property
     def total_bytes(self) -> int:

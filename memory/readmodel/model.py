@@ -1,12 +1,15 @@
-"""Read caches: one in-memory snapshot per group of what the read path reads on every request.
+"""The read model: one in-memory snapshot per group of what the read path reads on every request, handed
+out as ``GroupReader``s (memory.readmodel.reader), its one interface.
 
 Profiling ``/context`` showed most of its time in Chroma reads by id (the best episodes, their
 messages' texts from the log, their vectors) and in rebuilding the same structures every call. A
-``GroupSnapshot`` holds them for one version of the group (``memory.store.versions``):
+``GroupSnapshot`` holds them for one version of the group (``memory.store.versions``; the changes the write
+path publishes, ``memory.store.changes``, are applied to it by ``memory.readmodel.patch``):
 
 - always, for every record of the group index, in its stored order: id, document, kind, session,
   episode, message id, event time, speakers, title (columns; what BM25, scope filters and the
-  learned names need), and derived structures the read path hangs on it (its keyword index);
+  learned names need), and the structures the read path derives from it (``Derivation``s registered with
+  ``register``: its keyword index, the speakers' names, scoring rows);
 - when the group fits the size limit ("full"): also every record's metadata, its unit vector (the
   stored vector over its norm; the stored one is not kept), and the group's messages from the log
   (the exact ``Message`` a context line is printed from), so that a request reads nothing from
@@ -28,22 +31,23 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memory.store import versions
-from memory.store.group_snapshot import GroupSnapshot, Version
-from memory.store.snapshot_files import Restorer
-from memory.store.snapshot_patch import diff, inherit, patch
-from memory.store.snapshot_reads import group_records, read_snapshot
-from memory.store.snapshot_upgrades import Upgrades
-
-if TYPE_CHECKING:
-    from memory.store.collections import Collections
+from memory.readmodel.build import read_snapshot
+from memory.readmodel.files import folder_files
+from memory.readmodel.open_episodes import OpenEpisodes
+from memory.readmodel.patch import Patch, diff, patch
+from memory.readmodel.reader import Derivation, GroupReader
+from memory.readmodel.snapshot import GroupSnapshot, Version
+from memory.readmodel.speakers import Speakers
+from memory.readmodel.upgrades import Upgrades
+from memory.readmodel.versions import Versions
+from memory.store.factory import Store
 
 
 @dataclass(frozen=True)
 class CacheStats:
-    """What the read cache holds (``MemoryService.stats``)."""
+    """What the read model holds (``MemoryService.stats``)."""
 
     groups: int
     full_groups: int
@@ -57,7 +61,7 @@ class CacheStats:
     invalidations: int
     build_seconds: float
     extensions: int = 0  # builds that patched the cached snapshot with what writes changed (no read of the group)
-    loads: int = 0  # builds that read the snapshot kept on disk at the last close (memory.store.snapshot_files)
+    loads: int = 0  # builds that read the snapshot kept on disk at the last close (memory.readmodel.files)
 
 
 # Records past which a group read from Chroma is read in two steps: ~10,000 records take about a second
@@ -65,10 +69,10 @@ class CacheStats:
 TWO_STEP_RECORDS = 20_000
 
 
-class SnapshotCache:
+class ReadModel:
     def __init__(
         self,
-        collections: Collections,
+        store: Store,
         *,
         max_bytes: int = 256 * 2**20,
         max_groups: int = 32,
@@ -78,49 +82,53 @@ class SnapshotCache:
         persist: bool = False,
         two_step_records: int | None = TWO_STEP_RECORDS,
     ) -> None:
-        self._collections = collections
+        self._store = store
+        self._versions = Versions(store, recheck_s=recheck_s)
         self.max_bytes = max_bytes
         self.max_groups = max_groups
         self.full_group_bytes = full_group_bytes if full_group_bytes is not None else max_bytes // 2
         # Past the full bound, a group within this one keeps its unit vectors and messages (not its
         # records' metadata): a request then reads neither from Chroma nor from the log.
         self.vector_group_bytes = vector_group_bytes if vector_group_bytes is not None else max_bytes
-        self.recheck_s = recheck_s
         # A group of more records than this, read from Chroma, is read as columns first and the rest in
-        # the background (memory.store.snapshot_reads); None: always in one step.
+        # the background (memory.readmodel.build); None: always in one step.
         self.two_step_records = two_step_records
-        self._upgrades = Upgrades(self._read_whole, self.install_upgrade, self._deferred, collections.connection.call)
+        self._upgrades = Upgrades(self._read_whole, self.install_upgrade, self._deferred)
         self._lock = threading.Lock()
         self._building: dict[str, threading.Lock] = {}
         self._entries: OrderedDict[str, GroupSnapshot] = OrderedDict()
-        self._checked = threading.local()  # group -> (monotonic time, stamp) of this thread's last check
         self.hits = self.builds = self.evictions = self.invalidations = self.extensions = 0
         self.loads = 0
         self.build_seconds = 0.0
-        # Derived structures that a snapshot loaded from disk gets back (key -> restorer; the read path
-        # registers its keyword index) instead of building them again.
-        self.restorers: dict[str, Restorer] = {}
-        # ``persist``: snapshots kept on disk between runs (embedded only; the service's own cache).
-        self._files = collections.connection.files if persist else None
+        self._open_episodes, self._speakers = OpenEpisodes(), Speakers()
+        # What the read path derives from a group, by key: patched with the group, kept on disk with it.
+        self._derivations: dict[str, Derivation[Any]] = {}
+        self.register(self._speakers)
+        # The process's kept snapshots of an embedded folder (its writes scrub them from now on);
+        # ``persist``: this read model loads them and keeps its snapshots there at close (the service's).
+        files = folder_files(store.connection)
+        self._files = files if persist else None
         if self._files is not None:
             self._files.open()
 
-    # -- versions ---------------------------------------------------------------------------------
+    def register(self, *derivations: Derivation[Any]) -> None:
+        """Derivations to patch with their group, keep on disk with it and restore from there (by key: a
+        derivation registered again under a key replaces the one before)."""
+        for derivation in derivations:
+            self._derivations[derivation.key] = derivation
 
-    def version(self, group_id: str, *, fresh: bool, cached: GroupSnapshot | None) -> Version:
-        """The group's version now; the shared stamp is read again when ``fresh`` or when this thread
-        has not read it for ``recheck_s`` (inside a store call)."""
-        local = versions.local(self._collections, group_id)
-        if not self._collections.connection.shared:
-            return (local, None)
-        checked: dict[str, tuple[float, str | None]] = self._checked.__dict__.setdefault("groups", {})
-        now = time.monotonic()
-        last = checked.get(group_id)
-        if not fresh and last is not None and now - last[0] < self.recheck_s and cached is not None:
-            return (local, last[1])
-        stamp = versions.shared_stamp(self._collections, group_id)
-        checked[group_id] = (now, stamp)
-        return (local, stamp)
+    def reader(self, group_id: str, *, fresh: bool = False) -> GroupReader:
+        """The group as a reader sees it now; ``fresh``: read a Chroma server's shared stamp now (the start of
+        a request), not one this thread read in the last ``recheck_s``."""
+        return GroupReader(
+            group_id,
+            lambda: self.snapshot(group_id, fresh=fresh),
+            vectors=self._store.vectors,
+            log=self._store.log,
+            grown=self.trim,
+            open_episodes=self._open_episodes,
+            speakers=self._speakers,
+        )
 
     # -- the cache --------------------------------------------------------------------------------
 
@@ -128,12 +136,16 @@ class SnapshotCache:
         with self._lock:
             return self._entries.get(group_id)
 
-    def get(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
-        """The group's snapshot at its current version (built when there is none or it is stale).
-        Runs inside a store call."""
+    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot:
+        """The group's snapshot at its current version (built when there is none or it is stale): what a
+        reader reads (tests and benchmarks look at it; the read path reads through ``reader``)."""
         cached = self.cached(group_id)
-        version = self.version(group_id, fresh=fresh, cached=cached)
-        if cached is not None and cached.version != version and self._own_stamp(cached, version):
+        version = self._versions.now(group_id, fresh=fresh, cached=cached is not None)
+        if (
+            cached is not None
+            and cached.version != version
+            and self._versions.moved_by_own_stamp(cached.version, version)
+        ):
             cached.version = version  # the stamp moved by this process's writes alone, all of them applied
         if cached is not None and cached.version == version:
             with self._lock:
@@ -151,7 +163,7 @@ class SnapshotCache:
             if snapshot is None:
                 snapshot = self._build(group_id, version)
                 if cached is not None and len(cached):  # its derived structures patched, not built again
-                    inherit(snapshot, cached, diff(cached, snapshot))
+                    self._carry(snapshot, cached, diff(cached, snapshot))
             self._install(snapshot, replaced=cached is not None)
         if snapshot.deferred:
             self._upgrades.start(group_id)
@@ -161,7 +173,7 @@ class SnapshotCache:
         """Replace the group's deferred snapshot with ``upgraded`` (the same group read whole in the
         background), brought forward with this process's writes since it was read; False when it
         cannot be (the cached snapshot went, or is no longer deferred, or a write since is not
-        journaled: the next read of the group reads it again). Runs inside a store call."""
+        journaled: the next read of the group reads it again)."""
         group_id = upgraded.group_id
         with self._lock:
             building = self._building.setdefault(group_id, threading.Lock())
@@ -169,15 +181,15 @@ class SnapshotCache:
             cached = self.cached(group_id)
             if cached is None or not cached.deferred:
                 return False
-            version = self.version(group_id, fresh=True, cached=None)
-            if upgraded.version != version and self._own_stamp(upgraded, version):
+            version = self._versions.now(group_id, fresh=True, cached=False)
+            if upgraded.version != version and self._versions.moved_by_own_stamp(upgraded.version, version):
                 upgraded.version = version  # the stamp moved by this process's writes alone, all of them applied
             if upgraded.version != version:
                 forward = self._extended(upgraded, version)
                 if forward is None:
                     return False
                 upgraded = forward
-            inherit(upgraded, cached, diff(cached, upgraded))
+            self._carry(upgraded, cached, diff(cached, upgraded))
             self._install(upgraded)
         return True
 
@@ -193,18 +205,17 @@ class SnapshotCache:
             self._evict(keep=snapshot.group_id)
 
     def _read_whole(self, group_id: str, cancelled: Callable[[], bool]) -> GroupSnapshot:
-        """The group read whole from Chroma, each page in a store call of its own (a background read)."""
+        """The group read whole from the store (a background read)."""
         started = time.perf_counter()
-        with self._collections.connection.call():
-            version = self.version(group_id, fresh=True, cached=None)
-        snapshot = self._read(group_id, version, page_call=self._collections.connection.call, cancelled=cancelled)
+        version = self._versions.now(group_id, fresh=True, cached=False)
+        snapshot = self._read(group_id, version, cancelled=cancelled)
         snapshot.built_s = time.perf_counter() - started
         return snapshot
 
     def _read(self, group_id: str, version: Version, **how: Any) -> GroupSnapshot:
-        """The group read from Chroma within the cache's bounds (snapshot_reads.read_snapshot: ``how``)."""
+        """The group read from the store within the bounds (memory.readmodel.build.read_snapshot: ``how``)."""
         return read_snapshot(
-            self._collections,
+            self._store.group_reads,
             group_id,
             version,
             full_group_bytes=self.full_group_bytes,
@@ -222,19 +233,17 @@ class SnapshotCache:
 
     def close(self) -> None:
         """Keep the snapshots at their group's current version on disk for the next start (embedded:
-        memory.store.snapshot_files); the cache is not used after this."""
+        memory.readmodel.files); the read model is not used after this."""
         self._upgrades.stop()
         if self._files is None:
             return
-        connection = self._collections.connection
         with self._lock:  # a deferred snapshot is not kept: the next start reads the group again
             entries = [snapshot for snapshot in self._entries.values() if not snapshot.deferred]
         for position, cached in enumerate(entries):  # brought up to date with this process's last writes
-            current = connection.local_version(cached.group_id)
+            current = self._versions.local(cached.group_id)
             if cached.version[0] < current:
-                with connection.call():
-                    entries[position] = self._extended(cached, (current, None)) or cached
-        self._files.close(entries, connection.local_version)
+                entries[position] = self._extended(cached, (current, None)) or cached
+        self._files.close(entries, self._versions.local, self._derivations)
         self._files = None
 
     def forget(self, group_id: str | None = None) -> None:
@@ -245,7 +254,7 @@ class SnapshotCache:
                 self._entries.pop(group_id, None)
 
     def scrub(self, group_id: str) -> None:
-        """Called after a delete (and other changes the service announces): the group's cached snapshot is
+        """Called after a delete (and other changes the service announces): the group's snapshot is
         replaced at once by one patched with what this process's writes since changed (deleted rows,
         messages and keyword tokens gone), or dropped when that cannot be done (a write not journaled, on
         a Chroma server another process's write since); nothing deleted stays cached until the next read."""
@@ -256,8 +265,7 @@ class SnapshotCache:
                 cached = self._entries.pop(group_id, None)
             if cached is None:
                 return
-            with self._collections.connection.call():
-                snapshot = self._extended(cached, self.version(group_id, fresh=True, cached=None))
+            snapshot = self._extended(cached, self._versions.now(group_id, fresh=True, cached=False))
             if snapshot is not None:
                 with self._lock:
                     self._entries[group_id] = snapshot
@@ -310,27 +318,16 @@ class SnapshotCache:
 
     # -- building -----------------------------------------------------------------------------------
 
-    def _own_stamp(self, cached: GroupSnapshot, version: Version) -> bool:
-        """With a Chroma server: the same writes of this process, and a stamp that moved by this
-        process's own key alone (a stamp read a moment late)."""
-        connection = self._collections.connection
-        return (
-            connection.shared
-            and cached.version[0] == version[0]
-            and versions.only_own(cached.version[1], version[1], connection.run_id)
-        )
-
     def _extended(self, cached: GroupSnapshot | None, version: Version) -> GroupSnapshot | None:
-        """The cached snapshot patched with what this process's writes since changed (memory.store.
-        snapshot_patch), when every one of them is journaled: no read of the group's records, and its
-        keyword index patched rather than built again. With a Chroma server, only when the shared stamp
-        says that no other process wrote since (memory.store.versions.only_own)."""
-        connection = self._collections.connection
+        """The cached snapshot patched with what this process's writes since changed (memory.readmodel.patch),
+        when the feed still has every one of them: no read of the group's records, and its keyword index
+        patched rather than built again. With a Chroma server, only when the shared stamp says that no other
+        process wrote since (memory.store.versions.only_own)."""
         if cached is None or version[0] <= cached.version[0]:
             return None
-        if connection.shared and not versions.only_own(cached.version[1], version[1], connection.run_id):
+        if not self._versions.only_own_writes(cached.version, version):
             return None
-        changes = connection.changes(cached.group_id, cached.version[0], version[0])
+        changes = self._store.connection.feed.since(cached.group_id, cached.version[0], version[0])
         if changes is None:
             return None
         started = time.perf_counter()
@@ -341,22 +338,21 @@ class SnapshotCache:
             return None
         snapshot, how = found
         if any(change.group_records for change in changes):
-            log = self._collections.log(snapshot.group_id, create=False)
-            if log is not None:
-                snapshot.config, snapshot.sessions = group_records(self._collections, log, snapshot.group_id)
-        inherit(snapshot, cached, how)
+            records = self._store.group_reads.group_records(snapshot.group_id)
+            if records is not None:
+                snapshot.config, snapshot.sessions = records
+        self._carry(snapshot, cached, how)
         snapshot.built_s = time.perf_counter() - started
         self.extensions += 1
         return snapshot
 
     def _build(self, group_id: str, version: Version) -> GroupSnapshot:
-        """The group's snapshot from its kept file, else read from Chroma: a group of more than
+        """The group's snapshot from its kept file, else read from the store: a group of more than
         ``two_step_records`` records as columns first (``deferred``: the rest follows in the background)."""
         started = time.perf_counter()
-        index = self._collections.vectors(group_id)
-        count = index.count() if index is not None else 0
+        count = self._store.group_reads.count(group_id)
         if self._files is not None and count:
-            loaded = self._files.load(group_id, version, count, self.restorers)
+            loaded = self._files.load(group_id, version, count, self._derivations)
             if loaded is not None:
                 loaded.built_s = time.perf_counter() - started
                 self.loads += 1
@@ -365,3 +361,13 @@ class SnapshotCache:
         snapshot = self._read(group_id, version, count=count, columns_only=columns_only)
         snapshot.built_s = time.perf_counter() - started
         return snapshot
+
+    def _carry(self, patched: GroupSnapshot, previous: GroupSnapshot, how: Patch) -> None:
+        """The previous snapshot's derived structures that can be patched, carried over to the new one."""
+        for key, value in previous.derived_items():
+            derivation = self._derivations.get(key)
+            if derivation is None:
+                continue
+            carried = derivation.patched(value, patched, how, previous)
+            if carried is not None:
+                patched.adopt(key, carried, derivation.size(carried))

@@ -2,23 +2,26 @@
 after a start does not read the whole group back from Chroma and tokenize it again.
 
 The files live in ``<data folder>/read-snapshots/`` beside ``chroma/``, one per group, written when the
-service closes from the snapshots its read cache holds at the group's current version (columns, the
+service closes from the snapshots its read model holds at the group's current version (columns, the
 group's configuration and sessions; for a full snapshot also metadata, unit vectors and messages (the
 vectors and messages alone for a group past the full bound that keeps them); and
-the derived structures that can be restored: the keyword index's postings).
+the derived structures registered with the read model that can be saved: the keyword index's postings).
 
 A file is never used when it could be stale. Embedded Chroma is written by one process per folder
-(``memory.store.folder_lock``), and that process follows this protocol:
+(``memory.engine.folder_lock``), and that process follows this protocol:
 
-- when its first read cache opens, it *claims* the folder: a ``read-snapshots.open/`` left by a process
-  that did not close (a crash: its files may be behind its writes) is scrubbed, and
-  ``read-snapshots/`` is renamed to ``read-snapshots.open/``. From then on, until the last cache closes,
-  no file is in ``read-snapshots/``: a crash leaves nothing a later start would trust;
-- every write to a group's records (``ChromaConnection.bump``) scrubs the group's file *before* the
-  write's version is counted: a reader that reads the version after it finds no file, a reader that
-  read it before labels what it loads with the old version and patches or rebuilds it on its next read,
-  as it does for data read from Chroma while a write lands;
-- when the last cache closes, it writes the current snapshots into ``read-snapshots.open/`` and renames
+- when its first read model that keeps its snapshots on disk (the service's) opens, it *claims* the folder:
+  a ``read-snapshots.open/`` left by a process that did not close (a crash: its files may be behind its
+  writes) is scrubbed, and ``read-snapshots/`` is renamed to ``read-snapshots.open/``. From then on, until
+  the last one closes, no file is in ``read-snapshots/``: a crash leaves nothing a later start would trust;
+- every write to a group's records scrubs the group's file *before* the write's version is counted:
+  a reader that reads the version after it finds no file, a reader that read it before labels what it
+  loads with the old version and patches or rebuilds it on its next read, as it does for data read from
+  Chroma while a write lands. The files hear of writes from the connection's change feed
+  (``memory.store.changes``) from the moment the process's first read model opens on the connection
+  (``folder_files``; the groups it wrote before then are scrubbed at that moment): a process that writes
+  a folder through epimem opens its read model first (the composition root does);
+- when the last read model closes, it writes the current snapshots into ``read-snapshots.open/`` and renames
   that folder back. The files of groups this process did not write are still valid and stay.
 
 On load, the file must also name the group and hold as many records as the group index counts (a
@@ -37,7 +40,8 @@ import json
 import os
 import shutil
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -45,15 +49,16 @@ from typing import Any
 import numpy as np
 
 from memory.models import GroupConfiguration, Message, Role, SessionInfo
-from memory.store.group_snapshot import GroupSnapshot, Version, estimate_bytes, strings
+from memory.readmodel.reader import Derivation
+from memory.readmodel.snapshot import GroupSnapshot, Version, estimate_bytes, strings
+from memory.store.changes import ChangeFeed
+from memory.store.connection import ChromaConnection
 
 FOLDER = "read-snapshots"
 CLAIMED = "read-snapshots.open"
 FORMAT = 3  # 3: the vectors and messages kept without the metadata past the full bound
 SUFFIX = ".snap"
-# A derived structure that can be kept on disk: ``arrays()`` gives its state; a restorer registered on
-# the cache under the same key (``SnapshotCache.restorers``) builds it again for a loaded snapshot.
-Restorer = Callable[[GroupSnapshot, dict[str, np.ndarray]], Any]
+Derivations = Mapping[str, Derivation[Any]]  # those registered with the read model, by key
 
 
 def file_name(group_id: str) -> str:
@@ -82,8 +87,8 @@ def _json(arrays: Any, key: str) -> Any:
 
 
 class SnapshotFiles:
-    """The persisted read snapshots of one embedded folder (one per connection: every cache of the
-    process on that folder shares the claim)."""
+    """The persisted read snapshots of one embedded folder (one per connection: every read model of the
+    process on that folder shares the claim; ``folder_files``)."""
 
     def __init__(self, data_folder: Path) -> None:
         self.folder = Path(data_folder) / FOLDER
@@ -109,7 +114,7 @@ class SnapshotFiles:
             self.claimed.mkdir(parents=True, exist_ok=True)
             self._loadable = {path.name for path in self.claimed.glob("*" + SUFFIX)}
 
-    def close(self, snapshots: list[GroupSnapshot], current: Callable[[str], int]) -> None:
+    def close(self, snapshots: list[GroupSnapshot], current: Callable[[str], int], derivations: Derivations) -> None:
         """Write the snapshots still at their group's current version; the last user gives the folder
         back (``read-snapshots/``)."""
         with self._lock:
@@ -117,7 +122,7 @@ class SnapshotFiles:
                 return
             for snapshot in snapshots:
                 if snapshot.version[0] == current(snapshot.group_id) and snapshot.version[1] is None:
-                    self._write(snapshot)
+                    self._write(snapshot, derivations)
             self._users -= 1
             if self._users == 0:
                 for path in self.claimed.glob("*"):
@@ -142,7 +147,7 @@ class SnapshotFiles:
                 scrub(self.folder / name)
                 self.scrubs += 1
 
-    def load(self, group_id: str, version: Version, count: int, restorers: dict[str, Restorer]) -> GroupSnapshot | None:
+    def load(self, group_id: str, version: Version, count: int, derivations: Derivations) -> GroupSnapshot | None:
         """The group's persisted snapshot labelled ``version`` (read before this call), or None when
         there is no valid file or it does not hold ``count`` records."""
         name = file_name(group_id)
@@ -156,16 +161,17 @@ class SnapshotFiles:
         if meta.get("format") != FORMAT or meta.get("group_id") != group_id or meta.get("count") != count:
             return None
         snapshot = _snapshot(group_id, version, loaded, meta)
-        for key, restore in restorers.items():
+        for key, derivation in derivations.items():
             prefix = f"d.{key}."
             found = {k[len(prefix) :]: v for k, v in loaded.items() if k.startswith(prefix)}
-            if found:
-                snapshot.adopt(key, restore(snapshot, found))
+            restored = derivation.restored(snapshot, found) if found else None
+            if restored is not None:
+                snapshot.adopt(key, restored, derivation.size(restored))
         with self._lock:
             self.loads += 1
         return snapshot
 
-    def _write(self, snapshot: GroupSnapshot) -> None:
+    def _write(self, snapshot: GroupSnapshot, derivations: Derivations) -> None:
         # Only the sessions rows still name: a patched snapshot keeps the name of a session whose rows went.
         used, codes = np.unique(snapshot.session_codes, return_inverse=True)
         arrays: dict[str, np.ndarray] = {
@@ -191,8 +197,8 @@ class SnapshotFiles:
             messages = snapshot.messages or {}
             arrays["messages"] = _text({key: _message_row(message) for key, message in messages.items()})
         for key, value in snapshot.derived_items():
-            if hasattr(value, "arrays"):
-                arrays.update({f"d.{key}.{name}": array for name, array in value.arrays().items()})
+            saved = derivations[key].saved(value) if key in derivations else None
+            arrays.update({f"d.{key}.{name}": array for name, array in (saved or {}).items()})
         name = file_name(snapshot.group_id)
         temporary = self.claimed / (name + ".tmp")
         with temporary.open("wb") as handle:
@@ -204,6 +210,27 @@ class SnapshotFiles:
         temporary.rename(self.claimed / name)
         self._loadable.add(name)
         self.writes += 1
+
+
+_FOLDERS: weakref.WeakKeyDictionary[ChangeFeed, SnapshotFiles] = weakref.WeakKeyDictionary()
+_FOLDERS_LOCK = threading.Lock()
+
+
+def folder_files(connection: ChromaConnection) -> SnapshotFiles | None:
+    """The kept snapshots of an embedded connection's folder (None with a Chroma server), one per connection.
+    Made by the first read model on the connection: from then on the process's writes scrub the files of the
+    groups they write (before they are counted), and the groups it wrote before are scrubbed now."""
+    if connection.path is None:
+        return None
+    feed = connection.feed
+    with _FOLDERS_LOCK:
+        files = _FOLDERS.get(feed)
+        if files is None:
+            files = _FOLDERS[feed] = SnapshotFiles(connection.path.parent)
+            feed.subscribe(files.written)
+            for group_id in feed.written():
+                files.written(group_id)
+    return files
 
 
 def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], meta: dict[str, Any]) -> GroupSnapshot:

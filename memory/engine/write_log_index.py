@@ -22,7 +22,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from memory.store.erasure import DATABASE
+from memory.engine.erasure import DATABASE
 
 INDEX = "epimem_embeddings_queue_topic"
 

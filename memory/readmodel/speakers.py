@@ -1,0 +1,43 @@
+"""A group's speakers (``GroupReader.speakers``), kept with its version: carried to the next version when a
+write only added records (these and the new messages' speakers), read again otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memory.readmodel.patch import Patch
+from memory.readmodel.reader import Columns, Derivation, GroupReader
+from memory.readmodel.snapshot import KIND_CODE, GroupSnapshot
+from memory.store.records import RecordKind
+
+MESSAGE = KIND_CODE[RecordKind.MESSAGE.value]
+
+
+class Speakers(Derivation[frozenset[str]]):
+    """The speakers of the group's messages (casefolded: a message's producer id, else its role); a group
+    too large to keep its messages knows them by producer id."""
+
+    key = "speakers"
+
+    def build(self, group: GroupReader) -> frozenset[str]:
+        return _speakers(group.columns)
+
+    def patched(self, value: frozenset[str], columns: Columns, patch: Patch, previous: Columns) -> frozenset[str]:
+        kept = patch.old_of_new >= 0
+        if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
+            return _speakers(columns)
+        return value | _speakers(columns, np.flatnonzero(~kept))
+
+
+def _speakers(columns: Columns, rows: np.ndarray | None = None) -> frozenset[str]:
+    """The speakers of the group's messages, or of those among ``rows``."""
+    assert isinstance(columns, GroupSnapshot)  # the read model's own columns: its messages, when it keeps them
+    kept = columns.messages
+    if kept is not None and rows is None:
+        return frozenset(message.speaker.casefold() for message in kept.values())
+    positions = np.flatnonzero(columns.kinds == MESSAGE) if rows is None else rows[columns.kinds[rows] == MESSAGE]
+    if kept is not None:
+        found = (kept.get(columns.ids[p]) for p in positions.tolist())
+        return frozenset(message.speaker.casefold() for message in found if message is not None)
+    names = {columns.producers[p] for p in positions.tolist()}  # interned: a handful of distinct strings
+    return frozenset(name.casefold() for name in names if name)
