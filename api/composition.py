@@ -81,7 +81,9 @@ def _build(
 ) -> ServiceParts:
     embedder = embedder or lazy_embedder(settings)
     store = open_store(build_connection(settings, closers), model_id=embedder.model_id)
-    read_model = ReadModel(store, persist=True)
+    read_model = ReadModel(
+        store, persist=True, max_bytes=settings.read_cache_mb * 2**20, max_groups=settings.read_cache_groups
+    )
     closers.callback(read_model.close)  # before the folder lock goes: snapshots kept for the next start
     client = llm_client(settings, closers)
     if generator is None:

@@ -86,6 +86,17 @@ class Settings(BaseSettings):
     chroma_max_open: int = Field(
         default=256, ge=1, description="Collection handles the store keeps open (least recently used closed first)."
     )
+    read_cache_mb: int = Field(
+        default=256,
+        ge=1,
+        le=1_048_576,
+        description="The read cache of this process: what the read snapshots of the groups in use may hold, in MiB "
+        "(least recently used groups dropped first; one group bigger than it alone is kept while in use, as columns "
+        "past it). The memory a server needs beyond the model ([Sizing](scaling.md)).",
+    )
+    read_cache_groups: int = Field(
+        default=32, ge=1, le=100_000, description="Most groups whose read snapshots this process keeps."
+    )
 
     chroma_timeout_s: float = Field(
         default=10.0, gt=0, description="Chroma server requests give up after this long (the store answers 503)."

@@ -135,9 +135,10 @@ def test_speaker_names_follow_session_metadata(service: Epimem, group_id: str) -
     assert speaker_names(service.read_model.reader(group_id))["ana"] == {"annie"}
 
 
-def test_memory_is_bounded_and_reported(service: Epimem, group_id: str) -> None:
+def test_memory_is_bounded_by_the_settings_and_reported(make_service: Callable[..., Epimem], group_id: str) -> None:
+    service = make_service(read_cache_mb=64, read_cache_groups=2)  # EPIMEM_READ_CACHE_MB, EPIMEM_READ_CACHE_GROUPS
     snapshots = service.read_model
-    snapshots.max_groups = 2
+    assert (snapshots.max_bytes, snapshots.max_groups) == (64 * 2**20, 2)
     groups = [f"{group_id}-{i}" for i in range(3)]
     for group in groups:
         service.add_messages(group, "s1", chat("a", TALK))
@@ -146,7 +147,7 @@ def test_memory_is_bounded_and_reported(service: Epimem, group_id: str) -> None:
     stats = service.stats().read_cache
     assert stats is not None
     assert stats.groups == 2 and stats.evictions >= 1 and snapshots.groups() == groups[1:]
-    assert 0 < stats.bytes <= stats.max_bytes and stats.records > 0 and stats.full_groups == 2
+    assert 0 < stats.bytes <= stats.max_bytes == 64 * 2**20 and stats.records > 0 and stats.full_groups == 2
     snapshots.max_bytes = 1  # smaller than any group: only the one in use stays
     service.search(groups[0], "kitten", k=3)
     assert snapshots.groups() == [groups[0]]
