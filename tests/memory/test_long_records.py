@@ -105,18 +105,25 @@ def test_a_session_or_group_deleted_takes_its_pieces(make_service, group_id: str
 
 
 def test_long_session_and_group_records_read_back(make_service, group_id: str) -> None:
-    """A session's or group's record of more than one document (large metadata) rewritten shorter and longer."""
+    """A session's or group's record of more than one document (a long description or title, and metadata up to its
+    16,384-byte bound) rewritten shorter and longer."""
     service = make_service()
-    big = {f"key{i}": "value " * 400 for i in range(20)}  # ~48 KB of JSON
-    service.put_group(GroupConfiguration(group_id=group_id, description="big", metadata=big))
-    service.put_session(SessionInfo(group_id=group_id, session_id="s", title="big", metadata=big))
-    assert service.get_group(group_id).metadata == big and service.get_session(group_id, "s").metadata == big
+    big = {f"key{i}": "value " * 120 for i in range(20)}  # ~14.7 KB of JSON, within the metadata bound
+    description = "🦊" * 9_999  # 40 KB of UTF-8
+    service.put_group(GroupConfiguration(group_id=group_id, description=description, metadata=big))
+    service.put_session(SessionInfo(group_id=group_id, session_id="s", title="汉" * 1000, metadata=big))
+    group, session = service.get_group(group_id), service.get_session(group_id, "s")
+    assert (group.description, group.metadata) == (description, big)
+    assert (session.title, session.metadata) == ("汉" * 1000, big)
     count = len(pieces_in_log(service, group_id))
+    assert count > 0
     service.put_session(SessionInfo(group_id=group_id, session_id="s", title="small"))
     assert service.get_session(group_id, "s").metadata == {}
     assert len(pieces_in_log(service, group_id)) < count  # the rewritten record's pieces went with it
-    service.put_group(GroupConfiguration(group_id=group_id, description="bigger", metadata={**big, "more": "x" * 9000}))
-    assert service.get_group(group_id).metadata == {**big, "more": "x" * 9000}
+    bigger = {**big, "more": "x" * 1000}
+    service.put_group(GroupConfiguration(group_id=group_id, description=description + "!", metadata=bigger))
+    group = service.get_group(group_id)
+    assert (group.description, group.metadata) == (description + "!", bigger)
 
 
 def test_ids_of_any_length_stay_within_chroma_limits(make_service) -> None:
