@@ -23,6 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from memory.store import codec, versions
+from memory.store.bounded import BoundedCollection
 from memory.store.calls import StorePart, store_call
 from memory.store.paging import PAGE, WRITE_BATCH
 
@@ -58,7 +59,9 @@ class StoreDump(StorePart):
         collection = self._collections.existing(name)
         if collection is None or not ids:
             return []
-        found: Any = collection.get(ids=list(ids), include=cast(Any, ["documents", "metadatas", "embeddings"]))
+        # As stored: a long record's head and its pieces as the records they are (memory.store.parts), not joined.
+        include = cast(Any, ["documents", "metadatas", "embeddings"])
+        found: Any = BoundedCollection.get(collection, ids=list(ids), include=include)
         count = len(found["ids"])
         documents = found.get("documents") or [None] * count
         metadatas = found.get("metadatas") or [None] * count

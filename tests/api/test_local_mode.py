@@ -141,7 +141,7 @@ def _keyed(service: Epimem, tmp_path: Path, keys: list[dict]) -> TestClient:
 
 def test_keys_are_checked_before_the_body_is_read(service: Epimem, tmp_path: Path) -> None:
     client = _keyed(service, tmp_path, [{"key": WRITER_A, "groups": ["a"], "role": "write"}])
-    junk = b"{" * (5 * 1024 * 1024 + 10)  # malformed, and over the 5 MB body limit
+    junk = b"{" * (Settings().max_body_bytes + 10)  # malformed, and over the body limit
     path = "/v1/groups/a/sessions/s/messages"
     keyless = client.post(path, content=junk, headers={"content-type": "application/json"})
     assert keyless.status_code == 401, keyless.text

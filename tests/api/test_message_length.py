@@ -34,7 +34,9 @@ def test_the_default_caps_take_the_longest_message_escaped_as_it_may_be(client: 
     assert len(content) == CAP
     body = json.dumps({"messages": [{"id": "long", "content": content, "timestamp": T0.isoformat()}]})
     assert len(body.encode()) > 5 * 1024 * 1024  # escaped, it is more than the body cap used to allow
-    answer = client.post("/v1/groups/g/sessions/s/messages", content=body.encode())
+    answer = client.post(
+        "/v1/groups/g/sessions/s/messages", content=body.encode(), headers={"content-type": "application/json"}
+    )
     assert answer.status_code == 200, answer.text[:500]
     assert answer.json()["accepted"] == ["long"]
     (stored,) = client.get("/v1/groups/g/sessions/s/messages").json()["messages"]
