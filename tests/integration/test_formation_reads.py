@@ -3,7 +3,9 @@ message whose add was acknowledged before the read began. Real Chroma (embedded,
 epimem service writing the same group), real HTTP through uvicorn, the real model.
 
 Writers add two messages at a time and flush, round after round; a reader polls search and context for messages
-already acknowledged, each by a word no other message holds, until it has made ``POLLS`` reads."""
+already acknowledged, each by a word no other message holds, until it has made ``POLLS`` reads. A writer starts a
+round only when the reader has granted it one (every ``POLLS_PER_ROUND`` polls), so the group grows with the reads
+(not with how fast this machine writes) and every formation runs while reads are made."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from api.facade import Epimem
 # Processes, browsers, restarts or many rounds: in the whole command, not the quick loop.
 pytestmark = pytest.mark.slow
 
-POLLS = int(os.environ.get("EPIMEM_FORMATION_POLLS", "1000"))
+POLLS = int(os.environ.get("EPIMEM_FORMATION_POLLS", "300"))
+POLLS_PER_ROUND = 5
 T0 = datetime(2024, 6, 1, 9, 0, tzinfo=UTC)
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "zu", "pe", "do", "fa"]
 
@@ -44,6 +47,8 @@ class Writer:
         self.acknowledged: dict[str, tuple[str, str]] = {}  # message id -> (session, code word)
         self.lock = threading.Lock()
         self.stop = threading.Event()
+        self.granted = threading.Semaphore(0)  # rounds the reader has allowed
+        self.first_add = threading.Event()
         self.rounds = 0
         self.errors: list[BaseException] = []
         self.used: set[str] = set()
@@ -59,6 +64,8 @@ class Writer:
         count = 0
         try:
             while not self.stop.is_set():
+                if not self.granted.acquire(timeout=0.5):
+                    continue
                 session = f"{self.name}-s{self.rounds % 3}"
                 for _ in range(3):
                     batch = []
@@ -78,6 +85,7 @@ class Writer:
                     with self.lock:
                         for item in batch:
                             self.acknowledged[item["id"]] = (session, item["content"].split()[3])
+                    self.first_add.set()
                 self.service.flush(self.group_id, session)
                 self.rounds += 1
         except BaseException as error:  # noqa: BLE001 - re-raised by the test
@@ -119,6 +127,8 @@ def test_search_and_context_never_miss_an_acknowledged_message_while_episodes_fo
     else:  # embedded Chroma is one process per folder: another thread of the same service
         writers.append(Writer(service, group_id, "two", seed=2))
     threads = [threading.Thread(target=w.run) for w in writers]
+    for writer in writers:
+        writer.granted.release()
     for thread in threads:
         thread.start()
     rng = random.Random(7)
@@ -129,6 +139,7 @@ def test_search_and_context_never_miss_an_acknowledged_message_while_episodes_fo
             assert all(thread.is_alive() for thread in threads), [e for w in writers for e in w.errors]
             picked = writers[polls % len(writers)].sample(rng)
             if picked is None:
+                writers[polls % len(writers)].first_add.wait(timeout=60)
                 continue
             message_id, _session, word = picked
             how = "search" if polls % 2 == 0 else "context"
@@ -136,6 +147,9 @@ def test_search_and_context_never_miss_an_acknowledged_message_while_episodes_fo
             if not check(url, group_id, word, message_id):
                 misses.append((how, message_id, word))
             polls += 1
+            if polls % POLLS_PER_ROUND == 0:
+                for writer in writers:
+                    writer.granted.release()
     finally:
         for writer in writers:
             writer.stop.set()
