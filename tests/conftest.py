@@ -19,6 +19,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    # A worker per core: each one (and every process it starts: servers, notebooks, benchmark scripts) computes
+    # on one thread, instead of torch's thread per core in every process fighting for the same cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from helpers import cloud_profile  # noqa: E402
 from helpers.servers import AppServer, ChromaServer  # noqa: E402
