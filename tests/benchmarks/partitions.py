@@ -10,6 +10,8 @@ touches every partition with a session-scoped search and reports its resident me
     python tests/benchmarks/partitions.py --recycle-after 0   # never restart embedded Chroma (the naive configuration)
     python tests/benchmarks/partitions.py --sessions 10000 --batch 32   # 200,000 vectors in the group index
     python tests/benchmarks/partitions.py --server --sessions 1000 --batch 32 --no-touch   # a real `chroma run`
+    python tests/benchmarks/partitions.py --server --sessions 10000 --batch 32 --no-touch --index-cache 1000 \
+        --open-files 4500   # a server sized as docs/scaling.md prescribes: its LRU index cache and open-files limit
     python tests/benchmarks/partitions.py --sessions 10000 --batch 32 --no-touch --text-vectors   # text-like vectors
 
 ``--text-vectors``: the records' vectors are the bundled model's (index_graph.text_vectors: every turn of LoCoMo
@@ -277,6 +279,8 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="the --data-dir holds the partitions already: search only")
     parser.add_argument("--no-touch", action="store_true", help="skip the fresh server touching every partition")
     parser.add_argument("--server", action="store_true", help="against a real `chroma run` on the data folder")
+    parser.add_argument("--index-cache", type=int, help="with --server: Chroma's LRU capacity of loaded indexes")
+    parser.add_argument("--open-files", type=int, help="with --server: the server's open-files limit")
     parser.add_argument(
         "--write-log-index",
         action="store_true",
@@ -300,7 +304,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="epimem-partitions-") as scratch:
         data_dir = args.data_dir or Path(scratch)
-        server = ChromaServer(data_dir / "chroma-server") if args.server else None
+        server = (
+            ChromaServer(data_dir / "chroma-server", index_cache=args.index_cache, open_files=args.open_files)
+            if args.server
+            else None
+        )
         if server is not None:
             server.path.mkdir(parents=True, exist_ok=True)
             server.start()
@@ -388,6 +396,15 @@ def run(
         group=latencies["group_facade"]["p50"] / latencies["group_raw"]["p50"],
         group_p95=latencies["group_facade"]["p95"] / latencies["group_raw"]["p95"],
     )
+    if server is not None and server.process is not None:
+        chroma_process = psutil.Process(server.process.pid)
+        c.line(
+            "Chroma server after the searches",
+            open_files=chroma_process.num_fds(),
+            rss_mb=chroma_process.memory_info().rss / 2**20,
+            index_cache=args.index_cache or "unbounded",
+            open_files_limit=args.open_files or "inherited",
+        )
     service.close()
     del service
     if args.no_touch or server is not None:  # with a server, the memory is the server's
