@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from memory.errors import NotFoundError
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
+from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.tombstones import Tombstones, deleted_keys
 from memory.models import Episode, Message
 from memory.receipts import DeletionReceipt

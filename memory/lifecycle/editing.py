@@ -10,9 +10,10 @@ from pydantic import Field, model_validator
 
 from memory.embedding.embedder import Embedder
 from memory.errors import InvalidInputError, NotFoundError
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
+from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.tombstones import Erased, Tombstones, said
 from memory.models import Episode, EpisodeType, Frozen, StoredMessage, check_client_metadata
 from memory.receipts import RedactionReceipt

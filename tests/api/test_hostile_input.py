@@ -19,7 +19,7 @@ from api.facade import Epimem
 from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
+from memory.ids import GROUP_SUMMARY_SESSION
 
 GROUP = "hostile"
 S = f"/v1/groups/{GROUP}/sessions/base"
