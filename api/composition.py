@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from api.settings import Settings
+from api.settings import Settings, load_settings
 from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedder
 from memory.embedding.lazy import LazyEmbedder
 from memory.engine.folder_lock import release_folder
@@ -45,12 +45,6 @@ if TYPE_CHECKING:
     from memory.llm.client import LLMClient
 
 
-def settings_with(settings: Settings | None, overrides: dict[str, Any]) -> Settings:
-    if settings is None:
-        return Settings(**overrides)
-    return Settings(**{**settings.model_dump(), **overrides}) if overrides else settings
-
-
 def build_service(
     settings: Settings | None = None,
     *,
@@ -62,7 +56,7 @@ def build_service(
     """The parts of the service the settings describe (``Epimem.from_settings`` wraps them in the facade).
     ``embedder`` lets several services in one process share one
     loaded model (tests, notebooks); ``generator`` replaces the configured episode generator (tests)."""
-    settings = settings_with(settings, overrides)
+    settings = load_settings(settings, **overrides)
     closers = ExitStack()
     try:
         return _build(settings, closers, background=background, embedder=embedder, generator=generator)

@@ -31,9 +31,10 @@ __all__ = ["AsJson", "DataDir", "err", "fail", "local", "open_service", "out", "
 
 
 def settings_for(data_dir: Path | None) -> Settings:
-    from api.settings import Settings
+    """The command's settings (``api.settings.load_settings``), with its ``--data-dir`` where given."""
+    from api.settings import load_settings
 
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+    return load_settings(**({"data_dir": data_dir} if data_dir is not None else {}))
 
 
 @contextmanager

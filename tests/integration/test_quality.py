@@ -139,3 +139,31 @@ def attribute_probes() -> dict[str, int]:
 
 def test_objects_are_asked_for_attributes_by_name_only_at_declared_plugin_points() -> None:
     assert attribute_probes() == ATTRIBUTE_PROBES
+
+
+def settings_constructions() -> dict[str, int]:
+    """Calls of ``Settings(...)`` per module of the project (tests aside)."""
+    import ast
+
+    found: dict[str, int] = {}
+    sources = [path for package in ("memory", "retrieval", "api", "scripts") for path in (ROOT / package).rglob("*.py")]
+    sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
+    for path in sources:
+        calls = [
+            node
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Call)
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id == "Settings")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "Settings")
+            )
+        ]
+        if calls:
+            found[str(path.relative_to(ROOT))] = len(calls)
+    return found
+
+
+def test_settings_are_made_in_one_place() -> None:
+    """One ``Settings`` per process: each entry point calls ``api.settings.load_settings`` once and passes the
+    value down; no module makes one of its own."""
+    assert settings_constructions() == {"api/settings.py": 2}
