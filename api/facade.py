@@ -38,6 +38,7 @@ from memory.models import (
     check_client_messages,
     check_client_metadata,
 )
+from memory.pages import MessagePage
 from memory.readmodel.model import ReadModel
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
@@ -196,12 +197,13 @@ class Epimem(Corrections, Operations):
     def episode_messages(self, group_id: str, episode: Episode) -> list[Message]:
         return self.read_model.reader(group_id).source_messages(episode)
 
-    def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
-        """The session's messages in event-time order, paged. Always scoped to one session."""
+    def history(self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None) -> MessagePage:
+        """The session's messages in event-time order, a page of ``limit`` (a list, with ``next_cursor``: pass it
+        back as ``cursor`` for the next page; None on the last). Always scoped to one session."""
         require_scope_ids(group_id, session_id)
-        if not 1 <= limit <= MAX_HISTORY_LIMIT or offset < 0:
-            raise InvalidInputError(f"history needs 1 <= limit <= {MAX_HISTORY_LIMIT} and offset >= 0")
-        return self.memory.messages(group_id, session_id)[offset : offset + limit]
+        if not 1 <= limit <= MAX_HISTORY_LIMIT:
+            raise InvalidInputError(f"history needs 1 <= limit <= {MAX_HISTORY_LIMIT}")
+        return self.memory.history(group_id, session_id, limit=limit, cursor=cursor)
 
     def pending_messages(self, group_id: str, session_id: str) -> int:
         require_scope_ids(group_id, session_id)

@@ -43,6 +43,10 @@ _QueryId = Annotated[
 SessionIdQuery = Annotated[_QueryId | None, Query(description="only this session")]
 GroupIdQuery = Annotated[_QueryId | None, Query(description="only this group")]
 
+# The cursor of a paged listing (memory.pages): the `next_cursor` of the page before. Its key may hold an id of
+# 500 characters of up to 4 bytes each, as base64url.
+CursorQuery = Annotated[str | None, Query(max_length=4000, description="`next_cursor` of the previous page")]
+
 # A recall filter in a query string (GET /timeline): the JSON of retrieval.filters.RecallFilter.
 FilterQuery = Annotated[
     str | None,
