@@ -20,7 +20,7 @@ from memory.events import SessionOrder
 from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator, default_node_id
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
-from memory.lifecycle.deletion import Deleter
+from memory.lifecycle.deletion import Deleter, Rewrites
 from memory.lifecycle.editing import Editor
 from memory.lifecycle.importing import Importer
 from memory.lifecycle.reembed import Reembedder
@@ -108,21 +108,17 @@ def _build(
     llm_components: dict[str, Reporting[LLMCallStats]] = {"generator": generator}  # offline: all zero
     if segmenter_stats is not None:
         llm_components["segmenter"] = segmenter_stats
-    deleter = Deleter(log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer)
+    rewrites = Rewrites(
+        log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer
+    )
+    deleter = Deleter(rewrites)
     memory = MemoryService(
         store=store,
         generator=generator,
         ingestor=ingestor,
         summariser=summariser,
         deleter=deleter,
-        editor=Editor(
-            log=store.log,
-            vectors=store.vectors,
-            admin=store.admin,
-            embedder=embedder,
-            summariser=summariser,
-            reformer=reformer,
-        ),
+        editor=Editor(rewrites, embedder=embedder),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
         exporter=Exporter(log=store.log, vectors=store.vectors, model_id=store.model_id),
         importer=Importer(

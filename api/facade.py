@@ -30,7 +30,6 @@ from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import ExportContents, read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
 from memory.models import (
-    BoundaryReason,
     Episode,
     GroupConfiguration,
     Message,
@@ -113,17 +112,10 @@ class Epimem(Corrections, Operations):
         check_client_messages(parsed)
         return self.memory.add_messages(group_id, session_id, parsed, actor=actor)
 
-    def flush(
-        self,
-        group_id: str,
-        session_id: str,
-        *,
-        reason: BoundaryReason = BoundaryReason.FLUSH,
-        actor: str = LOCAL_ACTOR,
-    ) -> list[Episode]:
+    def flush(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
         """Returns once every pending message of the session is in a stored, searchable episode."""
         require_scope_ids(group_id, session_id)
-        return self.memory.flush(group_id, session_id, reason=reason, actor=actor)
+        return self.memory.flush(group_id, session_id, actor=actor)
 
     def flush_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
         """Flush every session of a group in one batch (one embedding pass across sessions)."""

@@ -68,9 +68,9 @@ class Backend(Protocol):
         session_id: str,
         episode_id: str,
         *,
-        title: str | None = None,
-        content: str | None = None,
-        reason: str | None = None,
+        title: str | None = ...,
+        content: str | None = ...,
+        reason: str | None = ...,
     ) -> Any: ...
 
 

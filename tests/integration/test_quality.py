@@ -167,3 +167,38 @@ def test_settings_are_made_in_one_place() -> None:
     """One ``Settings`` per process: each entry point calls ``api.settings.load_settings`` once and passes the
     value down; no module makes one of its own."""
     assert settings_constructions() == {"api/settings.py": 2}
+
+
+# Exact runs of 6 or more lines that the `duplicates` command may find inside memory, retrieval and api, each with
+# why it stays; any other is a piece of code written twice, to be made one.
+ALLOWED_REPEATS = {
+    ("api/cli/keys.py", "api/cli/keys.py"): "two commands' option declarations (Typer reads them from signatures)",
+}
+LAYERS = ("memory/", "retrieval/", "api/")
+
+
+def exact_repeats() -> set[tuple[str, str]]:
+    """Pairs of files of memory, retrieval and api that share a run of 6+ identical lines (``duplicates``, a
+    command of the developers' tool library, over the tree as it is)."""
+    import shutil
+
+    command = shutil.which("duplicates")
+    if command is None:
+        pytest.skip("the duplicates command is not installed here")
+    result = subprocess.run(
+        [command, "--most", "200", "--seconds", "300"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if line.startswith(("incomplete", "(+"))], result.stdout[-2000:]
+    found = set()
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 4 and parts[0].startswith("D") and parts[2] == "~" and "shape" not in parts[4:]:
+            left, right = parts[1].rsplit(":", 1)[0], parts[3].rsplit(":", 1)[0]
+            if left.startswith(LAYERS) and right.startswith(LAYERS):
+                found.add((left, right))
+    return found
+
+
+def test_no_code_is_written_twice_inside_memory_retrieval_and_api() -> None:
+    assert exact_repeats() <= set(ALLOWED_REPEATS)
