@@ -117,24 +117,32 @@ ATTRIBUTE_PROBES = {
 }
 
 
-def attribute_probes() -> dict[str, int]:
-    """Calls of getattr / hasattr / setattr / delattr per module of the project."""
+def calls_per_module(names: set[str], folders: tuple[str, ...] = ("memory", "retrieval", "api")) -> dict[str, int]:
+    """Calls of the functions (or classes) ``names`` per module of the project's packages and ``folders``, by a
+    plain name or as an attribute (``module.name(...)``)."""
     import ast
 
     found: dict[str, int] = {}
-    sources = [path for package in ("memory", "retrieval", "api") for path in (ROOT / package).rglob("*.py")]
+    sources = [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
     sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
     for path in sources:
         calls = [
             node
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id in names)
+                or (isinstance(node.func, ast.Attribute) and node.func.attr in names)
+            )
         ]
         if calls:
             found[str(path.relative_to(ROOT))] = len(calls)
     return found
+
+
+def attribute_probes() -> dict[str, int]:
+    """Calls of getattr / hasattr / setattr / delattr per module of the project."""
+    return calls_per_module({"getattr", "hasattr", "setattr", "delattr"})
 
 
 def test_objects_are_asked_for_attributes_by_name_only_at_declared_plugin_points() -> None:
@@ -143,24 +151,7 @@ def test_objects_are_asked_for_attributes_by_name_only_at_declared_plugin_points
 
 def settings_constructions() -> dict[str, int]:
     """Calls of ``Settings(...)`` per module of the project (tests aside)."""
-    import ast
-
-    found: dict[str, int] = {}
-    sources = [path for package in ("memory", "retrieval", "api", "scripts") for path in (ROOT / package).rglob("*.py")]
-    sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
-    for path in sources:
-        calls = [
-            node
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(node, ast.Call)
-            and (
-                (isinstance(node.func, ast.Name) and node.func.id == "Settings")
-                or (isinstance(node.func, ast.Attribute) and node.func.attr == "Settings")
-            )
-        ]
-        if calls:
-            found[str(path.relative_to(ROOT))] = len(calls)
-    return found
+    return calls_per_module({"Settings"}, ("memory", "retrieval", "api", "scripts"))
 
 
 def test_settings_are_made_in_one_place() -> None:
