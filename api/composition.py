@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from api.settings import Settings
+from api.settings import Settings, load_settings
 from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedder
 from memory.embedding.lazy import LazyEmbedder
 from memory.engine.folder_lock import release_folder
@@ -20,7 +20,7 @@ from memory.events import SessionOrder
 from memory.ingest.coordination import Coordinator, LeaseCoordinator, LocalCoordinator, default_node_id
 from memory.ingest.ingestor import Ingestor
 from memory.ingest.worker import FormationWorker
-from memory.lifecycle.deletion import Deleter
+from memory.lifecycle.deletion import Deleter, Rewrites
 from memory.lifecycle.editing import Editor
 from memory.lifecycle.importing import Importer
 from memory.lifecycle.reembed import Reembedder
@@ -45,12 +45,6 @@ if TYPE_CHECKING:
     from memory.llm.client import LLMClient
 
 
-def settings_with(settings: Settings | None, overrides: dict[str, Any]) -> Settings:
-    if settings is None:
-        return Settings(**overrides)
-    return Settings(**{**settings.model_dump(), **overrides}) if overrides else settings
-
-
 def build_service(
     settings: Settings | None = None,
     *,
@@ -62,7 +56,7 @@ def build_service(
     """The parts of the service the settings describe (``Epimem.from_settings`` wraps them in the facade).
     ``embedder`` lets several services in one process share one
     loaded model (tests, notebooks); ``generator`` replaces the configured episode generator (tests)."""
-    settings = settings_with(settings, overrides)
+    settings = load_settings(settings, **overrides)
     closers = ExitStack()
     try:
         return _build(settings, closers, background=background, embedder=embedder, generator=generator)
@@ -114,21 +108,17 @@ def _build(
     llm_components: dict[str, Reporting[LLMCallStats]] = {"generator": generator}  # offline: all zero
     if segmenter_stats is not None:
         llm_components["segmenter"] = segmenter_stats
-    deleter = Deleter(log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer)
+    rewrites = Rewrites(
+        log=store.log, vectors=store.vectors, admin=store.admin, summariser=summariser, reformer=reformer
+    )
+    deleter = Deleter(rewrites)
     memory = MemoryService(
         store=store,
         generator=generator,
         ingestor=ingestor,
         summariser=summariser,
         deleter=deleter,
-        editor=Editor(
-            log=store.log,
-            vectors=store.vectors,
-            admin=store.admin,
-            embedder=embedder,
-            summariser=summariser,
-            reformer=reformer,
-        ),
+        editor=Editor(rewrites, embedder=embedder),
         reembedder=Reembedder(log=store.log, admin=store.admin, embedder=embedder),
         exporter=Exporter(log=store.log, vectors=store.vectors, model_id=store.model_id),
         importer=Importer(

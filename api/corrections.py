@@ -9,23 +9,16 @@ from pydantic import BaseModel, ValidationError
 
 from memory import tracing
 from memory.errors import InvalidInputError
+from memory.ids import require_scope_ids
 from memory.lifecycle.audit import LOCAL_ACTOR, AuditPage
 from memory.lifecycle.editing import DEFAULT_REPLACEMENT, EpisodeCorrection, Redaction
 from memory.lifecycle.revisions import Revision
-from memory.models import Episode, check_scope_id
+from memory.models import Episode
 from memory.receipts import RedactionReceipt
 from memory.service import MemoryService
 from memory.tracing import memory_operation
 
 M = TypeVar("M", bound=BaseModel)
-
-
-def check_scope_ids(*ids: str) -> None:
-    for value in ids:
-        try:
-            check_scope_id(value)
-        except ValueError as error:
-            raise InvalidInputError(f"invalid group or session id: {error}") from error
 
 
 def _validated(model: type[M], values: dict[str, Any]) -> M:
@@ -53,7 +46,7 @@ class Corrections:
     ) -> Episode:
         """Correct an episode's title, content and/or user_metadata: stored as a new revision, embedded and
         indexed at once; its source messages are not changed."""
-        check_scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         correction = _validated(
             EpisodeCorrection, {"title": title, "content": content, "user_metadata": user_metadata, "reason": reason}
         )
@@ -61,7 +54,7 @@ class Corrections:
 
     def episode_revisions(self, group_id: str, session_id: str, episode_id: str) -> list[Revision]:
         """The episode's history, oldest first: revision 0 is the generated episode."""
-        check_scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         return self.memory.revisions(group_id, session_id, episode_id)
 
     @memory_operation("update_memory", tracing.on_message)
@@ -76,11 +69,11 @@ class Corrections:
     ) -> RedactionReceipt:
         """Replace a message's text (its record, id, speaker and time stay); the episodes built from it
         are rebuilt and the old text is erased from the data folder. Redacting again changes nothing."""
-        check_scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         redaction = _validated(Redaction, {"replacement": replacement})
         return self.memory.redact_message(group_id, session_id, message_id, redaction, actor=actor)
 
     def audit(self, group_id: str, *, limit: int = 50, cursor: str | None = None) -> AuditPage:
         """The group's audit trail, newest first (memory.lifecycle.audit)."""
-        check_scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.audit_page(group_id, limit=limit, cursor=cursor)

@@ -24,21 +24,20 @@ from memory import tracing
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
+from memory.ids import require_client_session, require_scope_ids
 from memory.ingest.importers import LocomoSample
 from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import ExportContents, read_export
 from memory.lifecycle.reembed import Progress, ReembedReport
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.models import (
-    BoundaryReason,
     Episode,
     GroupConfiguration,
     Message,
     SessionInfo,
     check_client_messages,
     check_client_metadata,
-    check_scope_id,
 )
+from memory.pages import MessagePage
 from memory.readmodel.model import ReadModel
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.service import MemoryService, ServiceStats
@@ -55,23 +54,6 @@ from retrieval.types import ContextQuery, ContextResult, Direction, Scope, Searc
 MessageInput = Message | Mapping[str, Any]
 MAX_HISTORY_LIMIT = 1000
 MAX_SUMMARY_DAYS = 36_600
-
-
-def _scope_ids(*ids: str) -> None:
-    for value in ids:
-        try:
-            check_scope_id(value)
-        except ValueError as error:  # a plain ValueError from the model validator: make it a 422
-            raise InvalidInputError(f"invalid group or session id: {error}") from error
-
-
-def _not_reserved(session_id: str) -> None:
-    if session_id == GROUP_SUMMARY_SESSION:
-        raise InvalidInputError(f"session id {GROUP_SUMMARY_SESSION!r} is reserved for group summaries")
-
-
-def _session_scope(group_id: str, session_id: str | None) -> None:
-    _scope_ids(group_id, *([session_id] if session_id is not None else []))
 
 
 class Epimem(Corrections, Operations):
@@ -124,33 +106,26 @@ class Epimem(Corrections, Operations):
     ) -> AddReceipt:
         """Store messages durably (idempotent by id); episodes form in the background once enough
         messages are pending, or on ``flush``."""
-        _scope_ids(group_id, session_id)
-        _not_reserved(session_id)
+        require_scope_ids(group_id, session_id)
+        require_client_session(session_id)
         parsed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
         check_client_messages(parsed)
         return self.memory.add_messages(group_id, session_id, parsed, actor=actor)
 
-    def flush(
-        self,
-        group_id: str,
-        session_id: str,
-        *,
-        reason: BoundaryReason = BoundaryReason.FLUSH,
-        actor: str = LOCAL_ACTOR,
-    ) -> list[Episode]:
+    def flush(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
         """Returns once every pending message of the session is in a stored, searchable episode."""
-        _scope_ids(group_id, session_id)
-        return self.memory.flush(group_id, session_id, reason=reason, actor=actor)
+        require_scope_ids(group_id, session_id)
+        return self.memory.flush(group_id, session_id, actor=actor)
 
     def flush_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
         """Flush every session of a group in one batch (one embedding pass across sessions)."""
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.flush_group(group_id, actor=actor)
 
     def ingest_locomo(self, sample: LocomoSample, *, group_id: str | None = None) -> list[Episode]:
         """One LoCoMo sample as one group (one session per LoCoMo session), formed in one batch."""
         target = group_id or sample.sample_id
-        _scope_ids(target)
+        require_scope_ids(target)
         for messages in sample.sessions.values():
             check_client_messages(messages)
         return self.memory.ingest_sessions(target, sample.sessions)
@@ -166,14 +141,14 @@ class Epimem(Corrections, Operations):
 
     @memory_operation("search_memory", tracing.on_query, tracing.returned)
     def search(self, group_id: str, query: str | SearchQuery, **options: Any) -> list[SearchHit]:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.searcher.search(
             group_id, query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
         )
 
     @memory_operation("search_memory", tracing.on_query, tracing.cited)
     def context(self, group_id: str, query: str | ContextQuery, **options: Any) -> ContextResult:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         request = query if isinstance(query, ContextQuery) else ContextQuery(query=query, **options)
         return self.context_builder.build(group_id, request)
 
@@ -187,7 +162,7 @@ class Epimem(Corrections, Operations):
         order: Direction | str = Direction.ASC,
         **scope: Any,
     ) -> TimelinePage:
-        _session_scope(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         read_scope = Scope(**scope)
         wanted = read_scope.filter
         group = self.read_model.reader(group_id)
@@ -205,7 +180,7 @@ class Epimem(Corrections, Operations):
         )
 
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
-        _scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         episode = self.read_model.reader(group_id).episode(session_id, episode_id)
         if episode is None:
             raise NotFoundError(f"no episode {episode_id!r} in this session")
@@ -214,15 +189,16 @@ class Epimem(Corrections, Operations):
     def episode_messages(self, group_id: str, episode: Episode) -> list[Message]:
         return self.read_model.reader(group_id).source_messages(episode)
 
-    def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
-        """The session's messages in event-time order, paged. Always scoped to one session."""
-        _scope_ids(group_id, session_id)
-        if not 1 <= limit <= MAX_HISTORY_LIMIT or offset < 0:
-            raise InvalidInputError(f"history needs 1 <= limit <= {MAX_HISTORY_LIMIT} and offset >= 0")
-        return self.memory.messages(group_id, session_id)[offset : offset + limit]
+    def history(self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None) -> MessagePage:
+        """The session's messages in event-time order, a page of ``limit`` (a list, with ``next_cursor``: pass it
+        back as ``cursor`` for the next page; None on the last). Always scoped to one session."""
+        require_scope_ids(group_id, session_id)
+        if not 1 <= limit <= MAX_HISTORY_LIMIT:
+            raise InvalidInputError(f"history needs 1 <= limit <= {MAX_HISTORY_LIMIT}")
+        return self.memory.history(group_id, session_id, limit=limit, cursor=cursor)
 
     def pending_messages(self, group_id: str, session_id: str) -> int:
-        _scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         return len(self.memory.messages(group_id, session_id, unfinished=True))
 
     # -- groups and sessions --------------------------------------------------------------------------
@@ -233,50 +209,50 @@ class Epimem(Corrections, Operations):
         return config
 
     def get_group(self, group_id: str) -> GroupConfiguration:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.group(group_id)
 
     def list_groups(self) -> list[str]:
         return self.memory.groups()
 
     def group_exists(self, group_id: str) -> bool:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.group_exists(group_id)
 
     def put_session(self, info: SessionInfo) -> SessionInfo:
-        _not_reserved(info.session_id)
+        require_client_session(info.session_id)
         check_client_metadata(info.metadata, "session metadata")
         self.memory.put_session(info)
         return info
 
     def get_session(self, group_id: str, session_id: str) -> SessionInfo:
-        _scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         return self.memory.session(group_id, session_id)
 
     def list_sessions(self, group_id: str) -> list[SessionInfo]:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.sessions(group_id)
 
     def group_overview(self, group_id: str) -> tuple[GroupStats, list[SessionStats]]:
         """The group's counts and its sessions' counts (messages, episodes, time spans)."""
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         if not self.memory.group_exists(group_id):
             raise NotFoundError(f"group {group_id!r} not found: nothing is stored in it")
         return self._overview.group(group_id)
 
     def group_stats(self, group_id: str) -> GroupStats:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self._overview.group(group_id)[0]
 
     def timeline_histogram(self, group_id: str, scope: Scope, *, buckets: int) -> Histogram:
         """How many episodes of the scope (open episodes included, as in the timeline) fall in each of
         ``buckets`` slices of its window, per session."""
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         opened = self.read_model.reader(group_id).open_episodes().values()
         return self._overview.histogram(group_id, scope, buckets=buckets, open_episodes=opened)
 
     def vector_count(self, group_id: str) -> int:
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.vector_count(group_id)
 
     # -- lifecycle: deletion, summaries, export and import, model change ------------------------------
@@ -285,14 +261,14 @@ class Epimem(Corrections, Operations):
     def delete_session(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """The session's partition, messages and records; group summaries citing it are rebuilt
         from what remains (or removed). ``GROUP_SUMMARY_SESSION`` deletes every group summary."""
-        _scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         return self.memory.delete_session(group_id, session_id, actor=actor)
 
     @memory_operation("delete_memory_store", tracing.on_group)
     def delete_group(self, group_id: str, *, actor: str = LOCAL_ACTOR) -> DeletionReceipt:
         """Everything of the group, in every collection. Idempotent; see memory.service for what
         happens to adds that run at the same time."""
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.delete_group(group_id, actor=actor)
 
     @memory_operation("delete_memory", tracing.on_message, tracing.removed)
@@ -301,7 +277,7 @@ class Epimem(Corrections, Operations):
     ) -> DeletionReceipt:
         """The message (log and vectors); its episode is regenerated from the remaining messages
         with the same generator, or deleted when none remain; summaries citing it are rebuilt."""
-        _scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         return self.memory.delete_message(group_id, session_id, message_id, actor=actor)
 
     @memory_operation("delete_memory", tracing.on_episode, tracing.removed)
@@ -310,7 +286,7 @@ class Epimem(Corrections, Operations):
     ) -> DeletionReceipt:
         """An episode with the messages it was made of (summaries citing it are rebuilt), or a
         summary alone (its sources stay and lose their ``summarised_by`` mark)."""
-        _scope_ids(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         return self.memory.delete_episode(group_id, session_id, episode_id, actor=actor)
 
     def generate_summaries(
@@ -327,9 +303,9 @@ class Epimem(Corrections, Operations):
         now) not yet summarised, at most ``max_memories_per_summary`` episodes each; the sources are
         marked ``summarised_by`` in the same all-or-nothing operation and never deleted.
         ``session_id`` None = group-wide summaries (kept in ``GROUP_SUMMARY_SESSION``)."""
-        _session_scope(group_id, session_id)
+        require_scope_ids(group_id, session_id)
         if session_id is not None:
-            _not_reserved(session_id)
+            require_client_session(session_id)
         if not (isinstance(days_back, int | float) and 0 < days_back <= MAX_SUMMARY_DAYS):
             raise InvalidInputError(f"days_back must be a number of days in (0, {MAX_SUMMARY_DAYS}]")
         end = to_utc(reference_time) if reference_time is not None else utc_now()
@@ -338,14 +314,14 @@ class Epimem(Corrections, Operations):
 
     def summary_sources(self, group_id: str, summary: Episode) -> list[Episode]:
         """The episodes a summary compacts, in time order (expand further with ``episode_messages``)."""
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         found = self.read_model.reader(group_id).episodes(list(summary.source_episode_ids))
         return sorted(found.values(), key=lambda e: (e.timestamp, e.uuid))
 
     def export_group(self, group_id: str, *, include_embeddings: bool = False) -> Iterator[str]:
         """The group as epimem JSON Lines (format in memory.lifecycle.export_format); each line ends
         with a newline."""
-        _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.export_group(group_id, include_embeddings=include_embeddings)
 
     def import_group(
@@ -361,16 +337,14 @@ class Epimem(Corrections, Operations):
         what epimem made (episodes, summaries, revisions, embeddings); without it, sessions and messages only.
         The whole file is checked before anything is written (``lines`` may be it, already read: ``read_export``);
         importing twice is a no-op."""
-        if group_id is not None:
-            _scope_ids(group_id)
+        require_scope_ids(group_id)
         contents = lines if isinstance(lines, ExportContents) else read_export(lines)
         return self.memory.import_group(contents, group_id=group_id, actor=actor, restore=restore)
 
     def reembed(self, group_id: str | None = None, progress: Progress | None = None) -> ReembedReport:
         """Rebuild the vectors of one group (or all) from the stored text with the configured model
         and record it; ``progress(done, total)`` is called as vectors are embedded."""
-        if group_id is not None:
-            _scope_ids(group_id)
+        require_scope_ids(group_id)
         return self.memory.reembed(group_id, progress)
 
     # -- operations -------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from typing import IO, Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from api.corrections import check_scope_ids
 from memory.errors import InvalidInputError, NotFoundError
+from memory.ids import require_scope_ids
 from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.backup import BackupSummary
 from memory.lifecycle.retention import RetentionPolicy, RetentionReceipt, StoredPolicy
@@ -65,16 +65,16 @@ class Operations:
     ) -> StoredPolicy:
         """Keep the group's (or one session's) messages for at most ``max_age_days``; what is older is erased
         by the next sweep, with what was made from it. A session's policy replaces the group's."""
-        check_scope_ids(group_id, *([session_id] if session_id is not None else []))
+        require_scope_ids(group_id, session_id)
         return self.memory.put_retention(group_id, _policy(policy), session_id)
 
     def clear_retention(self, group_id: str, *, session_id: str | None = None) -> bool:
         """Remove the group's (or the session's) policy; False when there was none."""
-        check_scope_ids(group_id, *([session_id] if session_id is not None else []))
+        require_scope_ids(group_id, session_id)
         return self.memory.clear_retention(group_id, session_id)
 
     def retention(self, group_id: str) -> RetentionPolicies:
-        check_scope_ids(group_id)
+        require_scope_ids(group_id)
         group, sessions = self.memory.retention_policies(group_id)
         if group is None and not sessions and not self.memory.group_exists(group_id):
             raise NotFoundError("group not found")
@@ -85,7 +85,7 @@ class Operations:
     ) -> RetentionReceipt:
         """Erase what the group's policies say is too old at ``now`` (default: the clock's now), or with
         ``dry_run`` list it without changing anything."""
-        check_scope_ids(group_id)
+        require_scope_ids(group_id)
         if not self.memory.group_exists(group_id):
             raise NotFoundError("group not found")
         moment = to_utc(now) if now is not None else None
@@ -119,8 +119,7 @@ class Operations:
     def backup(self, out: IO[bytes] | Path, *, group_id: str | None = None) -> BackupSummary:
         """Write a backup of every group (or one) into a file; each group is read at one moment
         (memory.upkeep) while the server keeps taking writes."""
-        if group_id is not None:
-            check_scope_ids(group_id)
+        require_scope_ids(group_id)
         if isinstance(out, Path):
             with out.open("wb") as stream:
                 return self.memory.backup(stream, group_id=group_id)

@@ -31,7 +31,7 @@ from api.http.operations import operations
 from api.http.routes import ops, v1
 from api.http.telemetry import setup_tracing
 from api.mcp.http import mount_mcp
-from api.settings import Settings
+from api.settings import Settings, load_settings
 from memory.errors import EpimemError
 
 log = logging.getLogger("epimem.api")
@@ -63,7 +63,7 @@ def _recover(app: FastAPI, service: Epimem) -> None:
 
 def create_app(service: Epimem | None = None, settings: Settings | None = None) -> FastAPI:
     if settings is None:
-        settings = service.settings if service is not None else Settings()
+        settings = service.settings if service is not None else load_settings()
     keys = KeyRing.from_file(settings.api_keys_file, store=settings.api_keys_store)  # fails fast on a bad file
 
     @asynccontextmanager

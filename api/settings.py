@@ -1,9 +1,11 @@
-"""The one settings class. Read only at the composition root (api.facade.build_service)."""
+"""The one settings class, and ``load_settings``, the one place a process makes its ``Settings``. Each entry point
+(``epimem serve`` and the other commands, ``epimem mcp``, ``api.server.serve_app``, ``Epimem.from_settings``) calls
+it once and passes the value down; below the composition root (``api.composition``) code takes plain arguments."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -328,3 +330,12 @@ class Settings(BaseSettings):
     @property
     def llm_configured(self) -> bool:
         return bool(self.llm_base_url or self.llm_api_key)
+
+
+def load_settings(base: Settings | None = None, /, **overrides: Any) -> Settings:
+    """The process's settings: the environment's (``EPIMEM_*``), or ``base``, with
+    ``overrides`` (fields by name: a command's options, a test's choices) over them; ``base`` itself when there
+    are none, so that one value travels from the entry point to the composition root."""
+    if base is None:
+        return Settings(**overrides)
+    return Settings(**{**base.model_dump(), **overrides}) if overrides else base

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memory.errors import NotFoundError
 from memory.models import GroupConfiguration, Message, MessageState, SessionInfo
+from memory.pages import MessagePage, history_page
 from memory.store.factory import Store
 
 
@@ -46,6 +47,10 @@ class LogReads:
         """The session's messages in event-time order (``unfinished``: only those not in an episode yet)."""
         states = [MessageState.PENDING, MessageState.FORMING] if unfinished else None
         return [stored.message for stored in self.store.log.list_messages(group_id, session_id, states=states)]
+
+    def history(self, group_id: str, session_id: str, *, limit: int, cursor: str | None) -> MessagePage:
+        """A page of the session's messages in event-time order, after ``cursor`` (``memory.pages``)."""
+        return history_page(self.store.log.list_messages(group_id, session_id), limit=limit, cursor=cursor)
 
     def vector_count(self, group_id: str) -> int:
         return self.store.vectors.count(group_id)

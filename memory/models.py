@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import unicodedata
 import uuid as uuid_module
 from collections.abc import Sequence
 from datetime import datetime
@@ -14,41 +13,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from memory.errors import InvalidInputError
+from memory.ids import MAX_ID_LENGTH, MessageId, ScopeId
 from memory.timeutil import parse_timestamp, utc_now
 
-MAX_ID_LENGTH = 500
-MAX_MESSAGE_ID_LENGTH = 256
-
-
-def _visible(char: str) -> bool:
-    """Not white space and not an invisible format character (zero-width space, joiners, marks)."""
-    return not char.isspace() and unicodedata.category(char) != "Cf"
-
-
-def _check_id(value: str, *, max_length: int) -> str:
-    if not value or not any(_visible(char) for char in value):
-        raise ValueError("id must not be empty or blank (white space and zero-width characters only)")
-    if len(value) > max_length:
-        raise ValueError(f"id is longer than {max_length} characters")
-    if any(ord(char) < 32 or ord(char) == 127 for char in value):
-        raise ValueError("id must not contain control characters")
-    if has_lone_surrogate(value):
-        raise ValueError("id must be valid Unicode: it holds a lone surrogate such as \\udc00")
-    return value
-
-
-def check_scope_id(value: str) -> str:
-    """Group and session ids: any unicode text of 1-500 characters without control characters."""
-    return _check_id(value, max_length=MAX_ID_LENGTH)
-
-
-def check_message_id(value: str) -> str:
-    return _check_id(value, max_length=MAX_MESSAGE_ID_LENGTH)
-
-
 UtcDatetime = Annotated[datetime, BeforeValidator(parse_timestamp)]
-ScopeId = Annotated[str, BeforeValidator(lambda v: check_scope_id(v) if isinstance(v, str) else v)]
-MessageId = Annotated[str, BeforeValidator(lambda v: check_message_id(v) if isinstance(v, str) else v)]
 
 
 MAX_NESTING = 64  # levels of lists and objects inside one value (metadata)

@@ -41,7 +41,7 @@ from memory.lifecycle.transfer import Exporter
 from memory.llm.stats import LLMCallStats, Reporting
 from memory.locks import ReadersWriterLock
 from memory.log_reads import LogReads
-from memory.models import BoundaryReason, Episode, Message
+from memory.models import Episode, Message
 from memory.readmodel.model import CacheStats
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt, RedactionReceipt
 from memory.store.factory import Store
@@ -181,15 +181,9 @@ class MemoryService(LogReads, Upkeep):
             else:
                 self._ingestor.form_closed(group_id, session_id)
 
-    def flush(
-        self,
-        group_id: str,
-        session_id: str,
-        *,
-        reason: BoundaryReason = BoundaryReason.FLUSH,
-        actor: str = LOCAL_ACTOR,
-    ) -> list[Episode]:
-        formed = self._ingestor.flush(group_id, session_id, reason=reason)
+    def flush(self, group_id: str, session_id: str, *, actor: str = LOCAL_ACTOR) -> list[Episode]:
+        """The session's pending messages formed now (a boundary of kind ``flush``), audited."""
+        formed = self._ingestor.flush(group_id, session_id)
         if formed:
             targets = [e.uuid for e in formed]
             self.audit.record(group_id, AuditAction.FLUSH, actor, session_id=session_id, targets=targets)

@@ -30,7 +30,8 @@ from typing import Annotated, Any, Protocol, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from memory.episodes.offline import offline_title
-from memory.models import MAX_ID_LENGTH, Episode, EpisodeType, GenerationMethod, Message, Role, Segment
+from memory.ids import MAX_ID_LENGTH
+from memory.models import Episode, EpisodeType, GenerationMethod, Message, Role, Segment
 from memory.readmodel.reader import GroupReader
 from memory.store.records import VectorRecord
 from memory.text import clip, message_line

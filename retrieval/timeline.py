@@ -4,7 +4,7 @@ A session's pending messages (stored and recallable, not in an episode yet) take
 episode (memory.readmodel.open_episodes), at the time of its first message and named in the page's ``pending``: the
 timeline shows what was said, as search and context do.
 
-The cursor names the last item returned by (timestamp, uuid); the next page holds the items
+The cursor (``memory.pages``) names the last item returned by (timestamp, uuid); the next page holds the items
 strictly after it in that order, so episodes that arrive meanwhile never make a page skip or
 repeat an item. Among items of the same time an open episode comes last, in either direction: the
 episodes its messages form (at the time of their first message) then fall before a cursor that passed it,
@@ -13,13 +13,11 @@ and are not shown a second time.
 
 from __future__ import annotations
 
-import base64
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from memory.errors import InvalidInputError
 from memory.models import Episode
+from memory.pages import decode_cursor, encode_cursor
 from memory.store.protocols import VectorReader
 from memory.store.records import EPISODE_KINDS, RecordFilter, is_open_episode_id
 from memory.timeutil import to_epoch
@@ -27,19 +25,7 @@ from retrieval.scope import scope_filter
 from retrieval.types import Direction, Scope, TimelinePage
 
 OrderKey = tuple[float, bool, str]
-
-
-def encode_cursor(timestamp: float, episode_id: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([timestamp, episode_id]).encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        timestamp, episode_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        return float(timestamp), str(episode_id)
-    except (ValueError, TypeError, UnicodeDecodeError) as error:
-        raise InvalidInputError("invalid timeline cursor") from error
+TIMELINE_KEY = (float, str)  # the cursor: the last episode's time (epoch seconds) and id (memory.pages)
 
 
 def order_key(timestamp: float, episode_id: str, direction: Direction) -> OrderKey:
@@ -80,8 +66,9 @@ def timeline(
     selection = scope_filter(scope, kinds=EPISODE_KINDS)
     after: OrderKey | None = None
     if cursor:
-        timestamp, episode_id = decode_cursor(cursor)
-        after = order_key(timestamp, episode_id, direction)
+        time, episode_id = decode_cursor(cursor, TIMELINE_KEY, "timeline")
+        timestamp = float(time)
+        after = order_key(timestamp, str(episode_id), direction)
         # the cursor's own time again: ties are told apart below
         if direction is Direction.ASC:
             selection = replace(selection, since=max(timestamp, selection.since or timestamp))
@@ -97,7 +84,7 @@ def timeline(
     if after is not None:
         keyed = [item for item in keyed if (item[0] < after if descending else item[0] > after)]
     page = keyed[:limit]
-    next_cursor = encode_cursor(page[-1][0][0], page[-1][1].uuid) if len(keyed) > limit else None
+    next_cursor = encode_cursor((page[-1][0][0], page[-1][1].uuid)) if len(keyed) > limit else None
     episodes = [episode for _, episode in page]
     return TimelinePage(
         episodes=episodes, next_cursor=next_cursor, pending=[e.uuid for e in episodes if is_open_episode_id(e.uuid)]

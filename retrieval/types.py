@@ -8,7 +8,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from memory.models import Episode, Message, ScopeId, UtcDatetime
+from memory.ids import ScopeId
+from memory.models import Episode, Message, UtcDatetime
 from retrieval.filters import RecallFilter
 
 MAX_K = 200

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from epimem_client.cli.groups import progress
-from epimem_client.cli.output import err, fail, out, print_json
+from epimem_client.cli.output import answer, err, fail, out, print_json, table
 from epimem_client.cli.recall import AsJson
 from epimem_client.cli.target import Batches, Local, one_line_errors
 from epimem_client.errors import InvalidInputError
@@ -27,13 +27,27 @@ DataDir = Annotated[
     typer.Option("--data-dir", envvar="EPIMEM_DATA_DIR", help="data folder (default ./data)", show_default=False),
 ]
 
-__all__ = ["AsJson", "DataDir", "err", "fail", "local", "open_service", "out", "print_json", "progress", "settings_for"]
+__all__ = [
+    "AsJson",
+    "DataDir",
+    "answer",
+    "err",
+    "fail",
+    "local",
+    "open_service",
+    "out",
+    "print_json",
+    "progress",
+    "settings_for",
+    "table",
+]
 
 
 def settings_for(data_dir: Path | None) -> Settings:
-    from api.settings import Settings
+    """The command's settings (``api.settings.load_settings``), with its ``--data-dir`` where given."""
+    from api.settings import load_settings
 
-    return Settings(data_dir=data_dir) if data_dir is not None else Settings()
+    return load_settings(**({"data_dir": data_dir} if data_dir is not None else {}))
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from api.cli.common import AsJson, fail, out, print_json
+from api.cli.common import AsJson, answer, fail, out, print_json, table
 from epimem_client import EpimemClient, EpimemError
 from epimem_client.keys import GroupUsageOut, KeyAdmin, KeyCreated, KeyOut
 
@@ -22,6 +22,7 @@ Url = Annotated[str, typer.Option("--url", envvar="EPIMEM_URL", help="the runnin
 Key = Annotated[
     str | None, typer.Option("--key", "--api-key", envvar="EPIMEM_API_KEY", help="an admin key for every group")
 ]
+KeyId = Annotated[str, typer.Argument(help="the key's id (key-…)")]
 PerSecond = Annotated[float | None, typer.Option("--requests-per-second", help="limit (per server)")]
 PerDay = Annotated[int | None, typer.Option("--messages-per-day", help="limit (UTC days, every server)")]
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -40,16 +41,15 @@ def _limits(**values: float | None) -> dict[str, float]:
     return {name: value for name, value in values.items() if value is not None}
 
 
+def _row(key: KeyOut) -> list[str]:
+    limits = ", ".join(f"{name}={value:g}" for name, value in sorted(key.effective_limits.items())) or "-"
+    expires = key.expires_at.strftime("%Y-%m-%d %H:%M") if key.expires_at else "-"
+    today = str(key.usage.get("messages_today", 0))
+    return [key.id, key.name, key.role, ", ".join(key.groups), key.status, expires, limits, today]
+
+
 def _table(keys: list[KeyOut]) -> Table:
-    table = Table(title="API keys")
-    for column in ("id", "name", "role", "groups", "status", "expires", "limits", "today"):
-        table.add_column(column, overflow="fold")
-    for key in keys:
-        limits = ", ".join(f"{name}={value:g}" for name, value in sorted(key.effective_limits.items())) or "-"
-        expires = key.expires_at.strftime("%Y-%m-%d %H:%M") if key.expires_at else "-"
-        today = str(key.usage.get("messages_today", 0))
-        table.add_row(key.id, key.name, key.role, ", ".join(key.groups), key.status, expires, limits, today)
-    return table
+    return table("API keys", ("id", "name", "role", "groups", "status", "expires", "limits", "today"), map(_row, keys))
 
 
 def _secret(made: KeyCreated, as_json: bool, what: str) -> None:
@@ -85,35 +85,19 @@ def list_keys(url: Url = DEFAULT_URL, key: Key = None, as_json: AsJson = False) 
     """Every key (never a secret), with its limits and today's messages."""
     with _admin(url, key) as admin:
         found = admin.list()
-    if as_json:
-        print_json([k.model_dump(mode="json") for k in found])
-        return
-    out.print(_table(found))
+    answer(found, as_json, _table)
 
 
 @keys_app.command("revoke")
-def revoke(
-    key_id: Annotated[str, typer.Argument(help="the key's id (key-…)")],
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-    as_json: AsJson = False,
-) -> None:
+def revoke(key_id: KeyId, url: Url = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
     """Refuse a key from now on (on every server within a second)."""
     with _admin(url, key) as admin:
         revoked = admin.revoke(key_id)
-    if as_json:
-        print_json(revoked)
-        return
-    out.print(f"revoked {revoked.id} ({revoked.name})")
+    answer(revoked, as_json, lambda r: f"revoked {r.id} ({r.name})")
 
 
 @keys_app.command("rotate")
-def rotate(
-    key_id: Annotated[str, typer.Argument(help="the key's id (key-…)")],
-    url: Url = DEFAULT_URL,
-    key: Key = None,
-    as_json: AsJson = False,
-) -> None:
+def rotate(key_id: KeyId, url: Url = DEFAULT_URL, key: Key = None, as_json: AsJson = False) -> None:
     """A new secret for a key (same id, name, groups and limits); the old one is refused."""
     with _admin(url, key) as admin:
         made = admin.rotate(key_id)
@@ -122,7 +106,7 @@ def rotate(
 
 @keys_app.command("limits")
 def key_limits(
-    key_id: Annotated[str, typer.Argument(help="the key's id (key-…)")],
+    key_id: KeyId,
     requests_per_second: PerSecond = None,
     messages_per_day: PerDay = None,
     url: Url = DEFAULT_URL,
@@ -133,25 +117,17 @@ def key_limits(
     limits = _limits(requests_per_second=requests_per_second, messages_per_day=messages_per_day)
     with _admin(url, key) as admin:
         changed = admin.set_limits(key_id, limits)
-    if as_json:
-        print_json(changed)
-        return
-    out.print(_table([changed]))
+    answer(changed, as_json, lambda c: _table([c]))
 
 
-def _group(found: GroupUsageOut, as_json: bool) -> None:
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"group {found.group_id}")
-    for column in ("limit", "value", "used"):
-        table.add_column(column)
+def _group_table(found: GroupUsageOut) -> Table:
     used = {"messages_per_day": "messages_today", "stored_chars": "stored_chars"}
+    rows = []
     for name in ("requests_per_second", "messages_per_day", "stored_chars"):
         value = found.effective_limits.get(name)
         use = found.usage.get(used.get(name, ""), None)
-        table.add_row(name, "-" if value is None else f"{value:g}", "-" if use is None else str(use))
-    out.print(table)
+        rows.append((name, "-" if value is None else f"{value:g}", "-" if use is None else str(use)))
+    return table(f"group {found.group_id}", ("limit", "value", "used"), rows, fold=False)
 
 
 @keys_app.command("group-limits")
@@ -170,7 +146,7 @@ def group_limits(
     )
     with _admin(url, key) as admin:
         found = admin.set_group_limits(group_id, limits)
-    _group(found, as_json)
+    answer(found, as_json, _group_table)
 
 
 @keys_app.command("usage")
@@ -185,18 +161,11 @@ def usage(
     """Messages added today by every key and group, or one group's limits and use."""
     with _admin(url, key) as admin:
         if group_id is not None:
-            _group(admin.group_usage(group_id), as_json)
+            answer(admin.group_usage(group_id), as_json, _group_table)
             return
         found = admin.usage()
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"messages added on {found.day} (UTC)")
-    for column in ("kind", "id", "messages"):
-        table.add_column(column, overflow="fold")
-    for row in found.rows:
-        table.add_row(row.kind, row.id, str(row.messages_today))
-    out.print(table)
+    rows = [(row.kind, row.id, row.messages_today) for row in found.rows]
+    answer(found, as_json, lambda f: table(f"messages added on {f.day} (UTC)", ("kind", "id", "messages"), rows))
 
 
 def register(app: typer.Typer) -> None:

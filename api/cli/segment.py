@@ -62,11 +62,11 @@ def segment(
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per gap")] = False,
 ) -> None:
     """Score every gap between consecutive messages and show where episodes would end (stores nothing)."""
-    from api.settings import Settings
+    from api.settings import load_settings
     from memory.ingest.importers import read_jsonl
     from memory.text import message_line
 
-    settings = Settings()
+    settings = load_settings()
     try:
         if not file.is_file():
             raise FileNotFoundError(f"no such file: {file}")

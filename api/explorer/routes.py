@@ -17,10 +17,11 @@ from starlette.staticfiles import StaticFiles
 
 from api.auth import Principal
 from api.http.error_handling import error_responses
-from api.http.params import GroupId, SessionIdQuery
+from api.http.params import CursorQuery, GroupId, SessionIdQuery
 from api.http.routes import READ, ServiceDep
 from memory.errors import InvalidInputError
 from memory.models import UtcDatetime
+from memory.pages import Key, microseconds, page_after
 from retrieval.overview import GroupStats, Histogram, SessionStats
 from retrieval.types import Scope
 
@@ -36,15 +37,18 @@ class WhoAmI(BaseModel):
     groups: list[str] = Field(description="the key's group patterns (`*` = every group)")
 
 
+NEXT_CURSOR = "pass it as `cursor` for the next page; null on the last page"
+
+
 class GroupsOut(BaseModel):
     groups: list[GroupStats]
-    next_offset: int | None = Field(description="offset of the next page; null on the last page")
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
 
 
 class GroupOverviewOut(BaseModel):
     group: GroupStats
     sessions: list[SessionStats] = Field(description="oldest first, paged")
-    next_offset: int | None
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
 
 
 def _principal_role(principal: Principal) -> tuple[str, str, list[str]]:
@@ -69,13 +73,12 @@ def list_groups(
     principal: Annotated[Principal, READ],
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    cursor: CursorQuery = None,
 ) -> GroupsOut:
     """Only groups covered by the caller's key, sorted by id and paged; each with its counts."""
     visible = [group for group in service.list_groups() if _visible(principal, group)]
-    page = visible[offset : offset + limit]
-    more = len(visible) > offset + limit
-    return GroupsOut(groups=[service.group_stats(g) for g in page], next_offset=offset + limit if more else None)
+    page, next_cursor = page_after(visible, lambda g: (g,), shape=(str,), limit=limit, cursor=cursor, what="groups")
+    return GroupsOut(groups=[service.group_stats(g) for g in page], next_cursor=next_cursor)
 
 
 @explorer.get(
@@ -89,13 +92,20 @@ def group_overview(
     group_id: GroupId,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    cursor: CursorQuery = None,
 ) -> GroupOverviewOut:
     group, sessions = service.group_overview(group_id)
-    more = len(sessions) > offset + limit
-    return GroupOverviewOut(
-        group=group, sessions=sessions[offset : offset + limit], next_offset=offset + limit if more else None
+    page, next_cursor = page_after(
+        sessions, _session_key, shape=SESSION_KEY, limit=limit, cursor=cursor, what="sessions"
     )
+    return GroupOverviewOut(group=group, sessions=page, next_cursor=next_cursor)
+
+
+SESSION_KEY = (int, str)  # a session's creation time in microseconds, its id: the order of the log's sessions
+
+
+def _session_key(stats: SessionStats) -> Key:
+    return microseconds(stats.session.created_at), stats.session.session_id
 
 
 @explorer.get(

@@ -17,10 +17,9 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal
-from api.corrections import check_scope_ids
 from api.errors import PayloadTooLargeError
 from api.http.error_handling import error_responses
-from api.http.params import GroupId, SessionId
+from api.http.params import GroupId, GroupIdQuery, SessionId
 from api.http.routes import ADMIN, GROUP, READ, SERVER_ADMIN, SESSION, ServiceDep, SettingsDep
 from api.operations import RetentionPolicies, WebhookOut
 from memory.errors import NotFoundError
@@ -152,14 +151,12 @@ def deliveries(
 )
 def backup(
     service: ServiceDep,
-    group: Annotated[str | None, Query(min_length=1, max_length=500, description="only this group")] = None,
+    group: GroupIdQuery = None,
 ) -> FileResponse:
     """One file (gzip JSON Lines, checksummed): each group read at one moment, with every change that
     returned before it and none that began after. Restore it with `POST /v1/restore` or `epimem restore`."""
-    if group is not None:
-        check_scope_ids(group)
-        if not service.group_exists(group):
-            raise NotFoundError("group not found")
+    if group is not None and not service.group_exists(group):
+        raise NotFoundError("group not found")
     handle, name = tempfile.mkstemp(prefix="epimem-backup-", suffix=".gz")
     os.close(handle)
     path = Path(name)

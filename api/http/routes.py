@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
 from api.facade import Epimem
+from api.http import params
 from api.http.access import add_within_limits, import_within_limits
 from api.http.error_handling import error_responses
 from api.http.params import EpisodeIdPath, FilterQuery, GroupId, MessageIdPath, SessionId, SessionIdQuery, parse_filter
@@ -114,12 +115,11 @@ def history(
     session_id: SessionId,
     service: ServiceDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    cursor: params.CursorQuery = None,
 ) -> HistoryOut:
-    """The session's messages in event-time order, paged by offset."""
-    messages = service.history(group_id, session_id, limit=limit, offset=offset)
-    more = len(messages) == limit and bool(service.history(group_id, session_id, limit=1, offset=offset + limit))
-    return HistoryOut(messages=messages, next_offset=offset + limit if more else None)
+    """The session's messages in event-time order, paged by cursor."""
+    page = service.history(group_id, session_id, limit=limit, cursor=cursor)
+    return HistoryOut(messages=page, next_cursor=page.next_cursor)
 
 
 @v1.delete(
@@ -234,7 +234,7 @@ def timeline(
     start: Annotated[UtcDatetime | None, Query(description="inclusive; ISO 8601 or epoch seconds")] = None,
     end: Annotated[UtcDatetime | None, Query(description="exclusive; ISO 8601 or epoch seconds")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_TIMELINE_LIMIT)] = 50,
-    cursor: Annotated[str | None, Query(max_length=2000, description="`next_cursor` of the previous page")] = None,
+    cursor: params.CursorQuery = None,
     order: Direction = Direction.ASC,
     filter: FilterQuery = None,  # noqa: A002 (the name the API uses everywhere)
 ) -> TimelinePage:

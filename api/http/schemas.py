@@ -88,7 +88,7 @@ class SearchOut(BaseModel):
 
 class HistoryOut(BaseModel):
     messages: list[Message]
-    next_offset: int | None = Field(description="offset of the next page; null on the last page")
+    next_cursor: str | None = Field(description="pass it as `cursor` for the next page; null on the last page")
 
 
 class SummariesIn(ValidUnicode):

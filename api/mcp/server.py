@@ -68,9 +68,9 @@ class Backend(Protocol):
         session_id: str,
         episode_id: str,
         *,
-        title: str | None = None,
-        content: str | None = None,
-        reason: str | None = None,
+        title: str | None = ...,
+        content: str | None = ...,
+        reason: str | None = ...,
     ) -> Any: ...
 
 
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         from api.facade import Epimem
-        from api.settings import Settings
+        from api.settings import load_settings
     except ImportError as error:  # a client-only install: only --url can work
         print(
             f"epimem mcp: serving a data folder needs the server ({error.name} is missing): "
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     try:
-        settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+        settings = load_settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
         service = Epimem.from_settings(settings)
     except EpimemError as error:  # e.g. the folder is held by a running server
         print(f"epimem mcp: {error.message}", file=sys.stderr)

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from memory.errors import InvalidInputError
-from memory.models import MAX_ID_LENGTH, Message, Role
+from memory.ids import MAX_ID_LENGTH
+from memory.models import Message, Role
 from memory.timeutil import parse_timestamp
 from retrieval.filters import RecallFilter
 

@@ -20,11 +20,13 @@ data folder (``StoreAdmin.erase``). Locking is the caller's (``memory.service``)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from memory.errors import NotFoundError
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.lifecycle.reform import Reformer
 from memory.lifecycle.revisions import RevisionKind
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
+from memory.lifecycle.summaries import Summariser
 from memory.lifecycle.tombstones import Tombstones, deleted_keys
 from memory.models import Episode, Message
 from memory.receipts import DeletionReceipt
@@ -36,22 +38,24 @@ from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, messag
 BeforeErase = Callable[[DeletionReceipt], None]
 
 
+@dataclass(frozen=True)
+class Rewrites:
+    """What every change that removes or rewrites a group's stored records uses (deletes here, corrections and
+    redactions in ``memory.lifecycle.editing``): the log, the vectors, the admin (erasure), and the summariser and
+    reformer that repair what was made from them."""
+
+    log: LogWriter
+    vectors: VectorWriter
+    admin: Administration
+    summariser: Summariser
+    reformer: Reformer
+
+
 class Deleter:
-    def __init__(
-        self,
-        *,
-        log: LogWriter,
-        vectors: VectorWriter,
-        admin: Administration,
-        summariser: Summariser,
-        reformer: Reformer,
-    ) -> None:
-        self._log = log
-        self._vectors = vectors
-        self._admin = admin
-        self._summariser = summariser
-        self._reformer = reformer
-        self._tombstones = Tombstones(log)
+    def __init__(self, parts: Rewrites) -> None:
+        self._log, self._vectors, self._admin = parts.log, parts.vectors, parts.admin
+        self._summariser, self._reformer = parts.summariser, parts.reformer
+        self._tombstones = Tombstones(parts.log)
 
     # -- messages and episodes ---------------------------------------------------------------------
 

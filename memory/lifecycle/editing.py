@@ -10,13 +10,12 @@ from pydantic import Field, model_validator
 
 from memory.embedding.embedder import Embedder
 from memory.errors import InvalidInputError, NotFoundError
-from memory.lifecycle.reform import Reformer
+from memory.ids import GROUP_SUMMARY_SESSION
+from memory.lifecycle.deletion import Rewrites
 from memory.lifecycle.revisions import RevisionKind
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
 from memory.lifecycle.tombstones import Erased, Tombstones, said
 from memory.models import Episode, EpisodeType, Frozen, StoredMessage, check_client_metadata
 from memory.receipts import RedactionReceipt
-from memory.store.protocols import Administration, LogWriter, VectorWriter
 from memory.store.records import EPISODE_KINDS, RecordFilter, RecordKind, VectorRecord
 from memory.text import message_line
 from memory.timeutil import utc_now
@@ -61,24 +60,12 @@ class Redaction(Frozen):
 
 
 class Editor:
-    def __init__(
-        self,
-        *,
-        log: LogWriter,
-        vectors: VectorWriter,
-        admin: Administration,
-        embedder: Embedder,
-        summariser: Summariser,
-        reformer: Reformer,
-    ) -> None:
-        self._log = log
-        self._vectors = vectors
-        self._admin = admin
+    def __init__(self, parts: Rewrites, *, embedder: Embedder) -> None:
+        self._log, self._vectors, self._admin = parts.log, parts.vectors, parts.admin
+        self._summariser, self._reformer = parts.summariser, parts.reformer
         self._embedder = embedder
-        self._summariser = summariser
-        self._reformer = reformer
-        self.revisions = reformer.revisions
-        self._tombstones = Tombstones(log)
+        self.revisions = parts.reformer.revisions
+        self._tombstones = Tombstones(parts.log)
 
     def episode(self, group_id: str, session_id: str, episode_id: str) -> Episode:
         selection = RecordFilter(session_ids=(session_id,), kinds=EPISODE_KINDS)

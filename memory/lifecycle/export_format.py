@@ -32,10 +32,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from memory.errors import EpimemError, InvalidInputError, PayloadTooLargeError
+from memory.ids import GROUP_SUMMARY_SESSION, check_scope_id
 from memory.json_lines import one_line
 from memory.lifecycle.revisions import Revision
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
-from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage, check_scope_id
+from memory.models import Episode, EpisodeType, GroupConfiguration, SessionInfo, StoredMessage
 from memory.store.quotas import ID_BYTES, utf8_bytes
 
 FORMAT = "epimem-export"

@@ -23,8 +23,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.lifecycle.deletion import Deleter
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, Summariser
+from memory.lifecycle.summaries import Summariser
 from memory.models import Episode, UtcDatetime
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import Administration, LogWriter, VectorReader

@@ -35,6 +35,7 @@ from memory.embedding.embedder import Embedder
 from memory.episodes.generation import EpisodeGenerator
 from memory.episodes.offline import MAX_TITLE_CHARS
 from memory.errors import EpimemError, InvalidInputError
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.models import BoundaryReason, Episode, EpisodeType, GenerationMethod, Message, Role, Segment
 from memory.receipts import DeletionReceipt
 from memory.store.protocols import LogWriter, VectorWriter
@@ -44,7 +45,6 @@ from memory.timeutil import format_date, to_epoch, utc_now
 
 log = logging.getLogger("epimem.summaries")
 
-GROUP_SUMMARY_SESSION = "~group-summaries"
 PLAN_KIND = "summary_plan"
 MAX_UNITS_PER_SUMMARY = 1000
 _SUMMARY_NAMESPACE = uuid.UUID("0b7e2f59-1c4d-4f0e-8a3b-5d6c7e8f9a01")

@@ -82,6 +82,9 @@ def batches(count: int, size: int) -> Iterator[slice]:
         yield slice(start, start + size)
 
 
+DEFAULT_INCLUDE = ("metadatas", "documents")
+
+
 class BoundedCollection:
     """A Chroma collection whose every call stays within the quotas (the module's docstring)."""
 
@@ -119,9 +122,10 @@ class BoundedCollection:
         self,
         ids: Sequence[str] | None = None,
         where: Any = None,
+        *,
         limit: int | None = None,
         offset: int | None = None,
-        include: Sequence[str] = ("metadatas", "documents"),
+        include: Sequence[str] = DEFAULT_INCLUDE,
     ) -> dict[str, Any]:
         """Chroma's ``get``: records by id (and ``where``), or every record matching ``where``, in pages; with
         ``limit`` (at most ``RESULTS_PER_READ``), one page of them."""

@@ -32,7 +32,7 @@ from collections.abc import Set as AbstractSet
 from typing import Any
 
 from memory.errors import StoreUnavailableError
-from memory.store.bounded import BoundedCollection, CollectionSlots
+from memory.store.bounded import DEFAULT_INCLUDE, BoundedCollection, CollectionSlots
 from memory.store.paging import PAGE
 from memory.store.quotas import DOCUMENT_BYTES
 from memory.store.record_format import PARTS_KEY, STAMP_WIDTH
@@ -97,19 +97,13 @@ class RecordCollection(BoundedCollection):
 
     # -- reads ------------------------------------------------------------------------------------------
 
-    def get(
-        self,
-        ids: Sequence[str] | None = None,
-        where: Any = None,
-        limit: int | None = None,
-        offset: int | None = None,
-        include: Sequence[str] = ("metadatas", "documents"),
-    ) -> dict[str, Any]:
-        wanted = list(include)
+    def get(self, ids: Sequence[str] | None = None, where: Any = None, **page: Any) -> dict[str, Any]:
+        """The base's read (``page``: its ``limit``, ``offset`` and ``include``), pieces joined to their heads."""
+        wanted = list(page.pop("include", DEFAULT_INCLUDE))
         if not ({"documents", "metadatas"} & set(wanted)):
-            return super().get(ids=ids, where=where, limit=limit, offset=offset, include=wanted)
+            return super().get(ids=ids, where=where, include=wanted, **page)
         asked = wanted if "metadatas" in wanted else [*wanted, "metadatas"]
-        found = super().get(ids=ids, where=where, limit=limit, offset=offset, include=asked)
+        found = super().get(ids=ids, where=where, include=asked, **page)
         found = _without(found, [i for i, m in enumerate(found["metadatas"]) if (m or {}).get("kind") == PART_KIND])
         if "documents" in wanted:
             for attempt in range(READ_TRIES):

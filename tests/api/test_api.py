@@ -90,9 +90,9 @@ def test_messages_flush_episodes_and_recall(client: TestClient, group_id: str) -
     assert conflict["details"] == {"ids": ["m0"]}
 
     history = client.get(f"{base}/sessions/s1/messages", params={"limit": 4}).json()
-    assert [m["id"] for m in history["messages"]] == ["m0", "m1", "m2", "m3"] and history["next_offset"] == 4
-    rest = client.get(f"{base}/sessions/s1/messages", params={"limit": 4, "offset": 4}).json()
-    assert [m["id"] for m in rest["messages"]] == ["m4", "m5"] and rest["next_offset"] is None
+    assert [m["id"] for m in history["messages"]] == ["m0", "m1", "m2", "m3"] and history["next_cursor"]
+    rest = client.get(f"{base}/sessions/s1/messages", params={"limit": 4, "cursor": history["next_cursor"]}).json()
+    assert [m["id"] for m in rest["messages"]] == ["m4", "m5"] and rest["next_cursor"] is None
 
     flushed = client.post(f"{base}/sessions/s1/flush")
     assert flushed.status_code == 200, flushed.text

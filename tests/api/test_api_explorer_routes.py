@@ -74,9 +74,10 @@ def test_groups_lists_only_the_keys_groups_with_counts(keyed: TestClient) -> Non
     reader = keyed.get("/v1/groups", headers=auth(READ_KEY)).json()
     assert [g["group_id"] for g in reader["groups"]] == ["team-a"]  # team-b is not even named
     paged = keyed.get("/v1/groups", params={"limit": 1}, headers=auth(ADMIN_KEY)).json()
-    assert [g["group_id"] for g in paged["groups"]] == ["team-a"] and paged["next_offset"] == 1
-    second = keyed.get("/v1/groups", params={"limit": 1, "offset": 1}, headers=auth(ADMIN_KEY)).json()
-    assert [g["group_id"] for g in second["groups"]] == ["team-b"] and second["next_offset"] is None
+    assert [g["group_id"] for g in paged["groups"]] == ["team-a"] and paged["next_cursor"]
+    params = {"limit": 1, "cursor": paged["next_cursor"]}
+    second = keyed.get("/v1/groups", params=params, headers=auth(ADMIN_KEY)).json()
+    assert [g["group_id"] for g in second["groups"]] == ["team-b"] and second["next_cursor"] is None
     assert keyed.get("/v1/groups", params={"limit": 0}, headers=auth(ADMIN_KEY)).status_code == 422
 
 

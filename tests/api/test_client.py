@@ -57,7 +57,9 @@ def test_sync_client_mirrors_the_facade(service: Epimem, serve: Callable[..., Ap
         assert 0 < context.tokens <= 120 and context.citations
         page = memory.timeline(group_id, session_id="s1", limit=1)
         assert isinstance(page, TimelinePage) and len(page.episodes) == 1
-        assert [m.id for m in memory.history(group_id, "s1", limit=2, offset=1)] == ["m1", "m2"]
+        first = memory.history(group_id, "s1", limit=1)
+        assert [m.id for m in first] == ["m0"] and first.next_cursor is not None
+        assert [m.id for m in memory.history(group_id, "s1", limit=2, cursor=first.next_cursor)] == ["m1", "m2"]
 
         config = memory.put_group(GroupConfiguration(group_id=group_id, description="team"))
         assert memory.get_group(group_id).description == config.description == "team"

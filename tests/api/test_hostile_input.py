@@ -19,7 +19,7 @@ from api.facade import Epimem
 from api.server import create_app
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
+from memory.ids import GROUP_SUMMARY_SESSION
 
 GROUP = "hostile"
 S = f"/v1/groups/{GROUP}/sessions/base"
@@ -126,11 +126,11 @@ def test_lone_surrogates_are_refused_at_the_door(client: TestClient, method: str
 
 def test_history_limit_1000_and_paging(client: TestClient) -> None:
     page = client.get(f"{S}/messages", params={"limit": 1000})
-    assert page.status_code == 200 and page.json()["next_offset"] is None
+    assert page.status_code == 200 and page.json()["next_cursor"] is None
     first = client.get(f"{S}/messages", params={"limit": 2}).json()
-    assert [m["id"] for m in first["messages"]] == ["b0", "b1"] and first["next_offset"] == 2
-    last = client.get(f"{S}/messages", params={"limit": 1, "offset": 2}).json()
-    assert [m["id"] for m in last["messages"]] == ["b2"] and last["next_offset"] is None
+    assert [m["id"] for m in first["messages"]] == ["b0", "b1"] and first["next_cursor"]
+    last = client.get(f"{S}/messages", params={"limit": 1, "cursor": first["next_cursor"]}).json()
+    assert [m["id"] for m in last["messages"]] == ["b2"] and last["next_cursor"] is None
     assert client.get(f"{S}/messages", params={"limit": 1001}).status_code == 422
 
 

@@ -197,14 +197,16 @@ def verify(urls: list[str], stats: Stats) -> dict[str, int]:
             base = urls[number % len(urls)]
             http.post(f"{base}/v1/groups/{group}/sessions/{session}/flush").raise_for_status()
             history: set[str] = set()
-            offset: int | None = 0
-            while offset is not None:
+            after: str | None = None
+            while True:
                 page = http.get(
-                    f"{base}/v1/groups/{group}/sessions/{session}/messages", params={"limit": 500, "offset": offset}
+                    f"{base}/v1/groups/{group}/sessions/{session}/messages",
+                    params={"limit": 500, **({"cursor": after} if after else {})},
                 )
                 assert page.is_success, page.text
                 history |= {m["id"] for m in page.json()["messages"]}
-                offset = page.json()["next_offset"]
+                if (after := page.json()["next_cursor"]) is None:
+                    break
             members: Counter[str] = Counter()
             cursor = None
             while True:

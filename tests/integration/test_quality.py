@@ -117,25 +117,79 @@ ATTRIBUTE_PROBES = {
 }
 
 
-def attribute_probes() -> dict[str, int]:
-    """Calls of getattr / hasattr / setattr / delattr per module of the project."""
+def calls_per_module(names: set[str], folders: tuple[str, ...] = ("memory", "retrieval", "api")) -> dict[str, int]:
+    """Calls of the functions (or classes) ``names`` per module of the project's packages and ``folders``, by a
+    plain name or as an attribute (``module.name(...)``)."""
     import ast
 
     found: dict[str, int] = {}
-    sources = [path for package in ("memory", "retrieval", "api") for path in (ROOT / package).rglob("*.py")]
+    sources = [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
     sources += list((ROOT / "clients" / "python" / "epimem_client").rglob("*.py"))
     for path in sources:
         calls = [
             node
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and (
+                (isinstance(node.func, ast.Name) and node.func.id in names)
+                or (isinstance(node.func, ast.Attribute) and node.func.attr in names)
+            )
         ]
         if calls:
             found[str(path.relative_to(ROOT))] = len(calls)
     return found
 
 
+def attribute_probes() -> dict[str, int]:
+    """Calls of getattr / hasattr / setattr / delattr per module of the project."""
+    return calls_per_module({"getattr", "hasattr", "setattr", "delattr"})
+
+
 def test_objects_are_asked_for_attributes_by_name_only_at_declared_plugin_points() -> None:
     assert attribute_probes() == ATTRIBUTE_PROBES
+
+
+def settings_constructions() -> dict[str, int]:
+    """Calls of ``Settings(...)`` per module of the project (tests aside)."""
+    return calls_per_module({"Settings"}, ("memory", "retrieval", "api", "scripts"))
+
+
+def test_settings_are_made_in_one_place() -> None:
+    """One ``Settings`` per process: each entry point calls ``api.settings.load_settings`` once and passes the
+    value down; no module makes one of its own."""
+    assert settings_constructions() == {"api/settings.py": 2}
+
+
+# Exact runs of 6 or more lines that the `duplicates` command may find inside memory, retrieval and api, each with
+# why it stays; any other is a piece of code written twice, to be made one.
+ALLOWED_REPEATS = {
+    ("api/cli/keys.py", "api/cli/keys.py"): "two commands' option declarations (Typer reads them from signatures)",
+}
+LAYERS = ("memory/", "retrieval/", "api/")
+
+
+def exact_repeats() -> set[tuple[str, str]]:
+    """Pairs of files of memory, retrieval and api that share a run of 6+ identical lines (``duplicates``, a
+    command of the developers' tool library, over the tree as it is)."""
+    import shutil
+
+    command = shutil.which("duplicates")
+    if command is None:
+        pytest.skip("the duplicates command is not installed here")
+    result = subprocess.run(
+        [command, "--most", "200", "--seconds", "300"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    lines = result.stdout.splitlines()
+    assert not [line for line in lines if line.startswith(("incomplete", "(+"))], result.stdout[-2000:]
+    found = set()
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 4 and parts[0].startswith("D") and parts[2] == "~" and "shape" not in parts[4:]:
+            left, right = parts[1].rsplit(":", 1)[0], parts[3].rsplit(":", 1)[0]
+            if left.startswith(LAYERS) and right.startswith(LAYERS):
+                found.add((left, right))
+    return found
+
+
+def test_no_code_is_written_twice_inside_memory_retrieval_and_api() -> None:
+    assert exact_repeats() <= set(ALLOWED_REPEATS)

@@ -222,10 +222,11 @@ def test_a_server_killed_mid_request_loses_nothing_acknowledged(cluster: Cluster
     assert acknowledged
     for url in cluster.direct():
         stored: set[str] = set()
-        offset: int | None = 0
-        while offset is not None:
-            params = {"limit": 1000, "offset": offset}
+        cursor: str | None = None
+        while True:
+            params = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
             page = _ok(httpx.get(f"{url}/v1/groups/{group}/sessions/ship/messages", params=params, timeout=60))
             stored |= {str(m["id"]) for m in page["messages"]}  # type: ignore[attr-defined]
-            offset = page.get("next_offset")  # type: ignore[assignment]
+            if (cursor := page.get("next_cursor")) is None:  # type: ignore[assignment]
+                break
         assert acknowledged <= stored, sorted(acknowledged - stored)[:10]

@@ -14,7 +14,7 @@ from helpers.checks import cached_keyword_text, every_client, formed, kept_keywo
 
 from api.facade import Epimem
 from memory.errors import NotFoundError
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.models import EpisodeType
 from memory.store.codec import message_record_id, partition_name
 

@@ -14,7 +14,8 @@ from helpers.embedders import ProjectedEmbedder
 from api.facade import Epimem
 from memory.episodes.generation import GeneratorStats, OfflineEpisodeGenerator
 from memory.errors import EpimemError, InvalidInputError, ModelMismatchError
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION, PLAN_KIND, Summariser
+from memory.ids import GROUP_SUMMARY_SESSION
+from memory.lifecycle.summaries import PLAN_KIND, Summariser
 from memory.models import Episode, EpisodeType, GenerationMethod, Segment
 from memory.store.records import RecordFilter
 

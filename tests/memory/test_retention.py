@@ -19,8 +19,8 @@ from helpers.checks import cached_keyword_text, every_client, scan_client
 
 from api.facade import Epimem
 from memory.errors import InvalidInputError
+from memory.ids import GROUP_SUMMARY_SESSION
 from memory.lifecycle.audit import ERASED, MAX_TARGETS, AuditAction
-from memory.lifecycle.summaries import GROUP_SUMMARY_SESSION
 from memory.timeutil import utc_now
 
 DAY = timedelta(days=1)

@@ -82,13 +82,16 @@
     input.focus();
   }
 
-  function pager(offset, next, go) {
-    if (!offset && next === null) return null;
+  /* Pages by cursor: `trail` holds the cursors that led to this page (none on the first), `next` the answer's
+     next_cursor; `go(trail)` shows the page at the end of a trail. */
+  function pager(trail, next, go) {
+    if (!trail.length && next === null) return null;
     return h("nav", { class: "pager", "aria-label": "Pages" },
-      h("button", { type: "button", class: "secondary", disabled: !offset, onclick: () => go(Math.max(0, offset - PAGE)) }, "← Previous"),
-      h("span", {}, `from ${offset + 1}`),
-      h("button", { type: "button", class: "secondary", disabled: next === null, onclick: () => go(next) }, "Next →"));
+      h("button", { type: "button", class: "secondary", disabled: !trail.length, onclick: () => go(trail.slice(0, -1)) }, "← Previous"),
+      h("span", {}, `from ${trail.length * PAGE + 1}`),
+      h("button", { type: "button", class: "secondary", disabled: next === null, onclick: () => go([...trail, next]) }, "Next →"));
   }
+  const cursorOf = (trail) => trail[trail.length - 1];
 
   function table(caption, headers, rows) {
     return h("div", { class: "table-wrap" }, h("table", {},
@@ -97,10 +100,10 @@
       h("tbody", {}, rows)));
   }
 
-  async function groupsView(ctx, offset = 0) {
+  async function groupsView(ctx, trail = []) {
     const render = ctx.render;
     tabs(null);
-    const page = await api.get("/groups", { limit: PAGE, offset });
+    const page = await api.get("/groups", { limit: PAGE, cursor: cursorOf(trail) });
     const heading = h("div", { class: "heading" }, h("h1", {}, "Groups"),
       h("p", { class: "muted" }, "Every group your key can read. A group holds sessions; sessions hold messages, "
         + "which become episodes."));
@@ -117,7 +120,7 @@
       h("td", {}, h("a", { href: route("g", group.group_id, "timeline") }, "Timeline"))));
     render("Groups", heading,
       table("Groups", ["Group", "Sessions", "Messages", "Episodes", "First", "Last", ""], rows),
-      pager(offset, page.next_offset, (next) => groupsView(ctx, next).catch(showError)));
+      pager(trail, page.next_cursor, (next) => groupsView(ctx, next).catch(showError)));
   }
 
   /* The session's declared people (user and agent ids), else who spoke in it. */
@@ -126,10 +129,10 @@
     return declared.length ? declared : speakers || [];
   };
 
-  async function sessionsView(ctx, group, offset = 0) {
+  async function sessionsView(ctx, group, trail = []) {
     const render = ctx.render;
     tabs(group);
-    const data = await api.get(g(group) + "/overview", { limit: PAGE, offset });
+    const data = await api.get(g(group) + "/overview", { limit: PAGE, cursor: cursorOf(trail) });
     state.overview.delete(group);  // counts may have changed: other views read them afresh
     const totals = data.group;
     const heading = h("div", { class: "heading" }, h("h1", {}, group),
@@ -159,7 +162,7 @@
     });
     render(group, heading,
       table("Sessions of " + group, ["Session", "Messages", "Episodes", "Not yet in an episode", "First", "Last", "People", "Metadata"], rows),
-      pager(offset, data.next_offset, (next) => sessionsView(ctx, group, next).catch(showError)));
+      pager(trail, data.next_cursor, (next) => sessionsView(ctx, group, next).catch(showError)));
   }
 
   const shared = { state, route, overview, canDelete, render, tabs, showError, clearError, table, pager };

@@ -8,7 +8,7 @@ import re
 from datetime import datetime
 from typing import Any, Protocol
 
-from epimem_client.models import Citation, ContextResult, Message, SearchHit
+from epimem_client.models import Citation, ContextResult, Message, MessagePage, SearchHit
 
 # A message's roles (the server's ``Role`` values).
 USER, ASSISTANT, SYSTEM, TOOL = "user", "assistant", "system", "tool"
@@ -24,7 +24,7 @@ class Memory(Protocol):
     def context(self, group_id: str, query: Any, **options: Any) -> ContextResult: ...
     def add_messages(self, group_id: str, session_id: str, messages: Any) -> Any: ...
     def flush(self, group_id: str, session_id: str) -> Any: ...
-    def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]: ...
+    def history(self, group_id: str, session_id: str, *, limit: int = ..., cursor: str | None = ...) -> MessagePage: ...
     def delete_session(self, group_id: str, session_id: str) -> Any: ...
 
 
@@ -91,10 +91,11 @@ def stable_id(session_id: str, role: str, content: str, position: int) -> str:
 
 def full_history(memory: Memory, group_id: str, session_id: str, page: int = 100) -> list[Message]:
     messages: list[Message] = []
+    cursor: str | None = None
     while True:
-        batch = memory.history(group_id, session_id, limit=page, offset=len(messages))
+        batch = memory.history(group_id, session_id, limit=page, cursor=cursor)
         messages.extend(batch)
-        if len(batch) < page:
+        if (cursor := batch.next_cursor) is None:
             return messages
 
 

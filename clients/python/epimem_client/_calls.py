@@ -30,7 +30,7 @@ from epimem_client.models import (
     GroupStats,
     HistoryOut,
     ImportReceipt,
-    Message,
+    MessagePage,
     RedactionReceipt,
     RevisionsOut,
     SearchHit,
@@ -218,13 +218,13 @@ class Calls:
         return Call("POST", session_path(group_id, session_id) + "/flush", _part(EpisodesOut, "episodes"))
 
     @staticmethod
-    def history(group_id: str, session_id: str, limit: int, offset: int) -> Call[list[Message]]:
-        return Call(
-            "GET",
-            session_path(group_id, session_id) + "/messages",
-            _part(HistoryOut, "messages"),
-            params=_params(limit=limit, offset=offset),
-        )
+    def history(group_id: str, session_id: str, limit: int, cursor: str | None) -> Call[MessagePage]:
+        def parse(response: httpx.Response) -> MessagePage:
+            page = HistoryOut.model_validate_json(response.content)
+            return MessagePage(page.messages, page.next_cursor)
+
+        path = session_path(group_id, session_id) + "/messages"
+        return Call("GET", path, parse, params=_params(limit=limit, cursor=cursor))
 
     @staticmethod
     def search(group_id: str, query: str | BaseModel, options: dict[str, Any]) -> Call[list[SearchHit]]:
@@ -315,9 +315,9 @@ class Calls:
         return Call("GET", group_path(group_id) + "/export", lambda _response: None, params=params)
 
     @staticmethod
-    def groups(offset: int) -> Call[GroupsOut]:
+    def groups(cursor: str | None) -> Call[GroupsOut]:
         """One page of the groups the key can read, with their counts."""
-        return Call("GET", "/v1/groups", _model(GroupsOut), params={"limit": 100, "offset": offset})
+        return Call("GET", "/v1/groups", _model(GroupsOut), params=_params(limit=100, cursor=cursor))
 
     @staticmethod
     def group_stats(group_id: str) -> Call[GroupStats]:

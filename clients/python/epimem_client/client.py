@@ -32,6 +32,7 @@ from epimem_client.models import (
     GroupStats,
     ImportReceipt,
     Message,
+    MessagePage,
     RedactionReceipt,
     Revision,
     SearchHit,
@@ -112,8 +113,9 @@ class EpimemClient(_Client[httpx.Client], Operations):
     def flush(self, group_id: str, session_id: str) -> list[Episode]:
         return self._do(Calls.flush(group_id, session_id))
 
-    def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
-        return self._do(Calls.history(group_id, session_id, limit, offset))
+    def history(self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None) -> MessagePage:
+        """A page of the session's messages in event-time order, with ``next_cursor`` (None on the last page)."""
+        return self._do(Calls.history(group_id, session_id, limit, cursor))
 
     def search(self, group_id: str, query: str | BaseModel, **options: Any) -> list[SearchHit]:
         return self._do(Calls.search(group_id, query, options))
@@ -216,12 +218,12 @@ class EpimemClient(_Client[httpx.Client], Operations):
     def list_groups(self) -> list[str]:
         """The ids of the groups the key can read, sorted."""
         found: list[str] = []
-        offset: int | None = 0
-        while offset is not None:
-            page = self._do(Calls.groups(offset))
+        cursor: str | None = None
+        while True:
+            page = self._do(Calls.groups(cursor))
             found += [group.group_id for group in page.groups]
-            offset = page.next_offset
-        return found
+            if (cursor := page.next_cursor) is None:
+                return found
 
     def group_exists(self, group_id: str) -> bool:
         """Whether anything names the group (its configuration or a session)."""
@@ -264,8 +266,10 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient], AsyncOperations):
     async def flush(self, group_id: str, session_id: str) -> list[Episode]:
         return await self._do(Calls.flush(group_id, session_id))
 
-    async def history(self, group_id: str, session_id: str, *, limit: int = 100, offset: int = 0) -> list[Message]:
-        return await self._do(Calls.history(group_id, session_id, limit, offset))
+    async def history(
+        self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None
+    ) -> MessagePage:
+        return await self._do(Calls.history(group_id, session_id, limit, cursor))
 
     async def search(self, group_id: str, query: str | BaseModel, **options: Any) -> list[SearchHit]:
         return await self._do(Calls.search(group_id, query, options))
@@ -367,12 +371,12 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient], AsyncOperations):
 
     async def list_groups(self) -> list[str]:
         found: list[str] = []
-        offset: int | None = 0
-        while offset is not None:
-            page = await self._do(Calls.groups(offset))
+        cursor: str | None = None
+        while True:
+            page = await self._do(Calls.groups(cursor))
             found += [group.group_id for group in page.groups]
-            offset = page.next_offset
-        return found
+            if (cursor := page.next_cursor) is None:
+                return found
 
     async def group_exists(self, group_id: str) -> bool:
         try:

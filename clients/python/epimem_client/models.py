@@ -4,6 +4,7 @@ and ignore fields they do not know, so a newer server does not break an older cl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -101,7 +102,7 @@ class GroupStats(WireModel):
 
 class GroupsOut(WireModel):
     groups: list[GroupStats]
-    next_offset: int | None
+    next_cursor: str | None
 
 
 class ScoreComponents(WireModel):
@@ -306,4 +307,13 @@ class SearchOut(WireModel):
 
 class HistoryOut(WireModel):
     messages: list[Message]
-    next_offset: int | None
+    next_cursor: str | None
+
+
+class MessagePage(list[Message]):
+    """A page of a session's messages in event-time order (``history``): a list of them, with ``next_cursor``
+    (pass it back as ``cursor`` for the next page; None: the last page)."""
+
+    def __init__(self, messages: Iterable[Message] = (), next_cursor: str | None = None) -> None:
+        super().__init__(messages)
+        self.next_cursor = next_cursor

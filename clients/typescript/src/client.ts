@@ -111,8 +111,8 @@ export class EpimemClient {
     return out.episodes;
   }
 
-  /** The session's messages in event-time order, paged by offset → `{messages, next_offset}`. */
-  async history(group: string, session: string, page: { limit?: number; offset?: number } = {}): Promise<HistoryOut> {
+  /** The session's messages in event-time order, one page → `{messages, next_cursor}`; pass `next_cursor` back as `cursor`. */
+  async history(group: string, session: string, page: { limit?: number; cursor?: string } = {}): Promise<HistoryOut> {
     return this.#json({ method: "GET", path: `${sessionPath(group, session)}/messages`, query: page });
   }
 

@@ -10,7 +10,7 @@ export interface paths {
         };
         /**
          * Message history of a session
-         * @description The session's messages in event-time order, paged by offset.
+         * @description The session's messages in event-time order, paged by cursor.
          */
         get: operations["history_v1_groups__group_id__sessions__session_id__messages_get"];
         put?: never;
@@ -1271,8 +1271,11 @@ export interface components {
              * @description oldest first, paged
              */
             sessions: components["schemas"]["SessionStats"][];
-            /** Next Offset */
-            next_offset: number | null;
+            /**
+             * Next Cursor
+             * @description pass it as `cursor` for the next page; null on the last page
+             */
+            next_cursor: string | null;
         };
         /** GroupStats */
         GroupStats: {
@@ -1332,10 +1335,10 @@ export interface components {
             /** Groups */
             groups: components["schemas"]["GroupStats"][];
             /**
-             * Next Offset
-             * @description offset of the next page; null on the last page
+             * Next Cursor
+             * @description pass it as `cursor` for the next page; null on the last page
              */
-            next_offset: number | null;
+            next_cursor: string | null;
         };
         /** Health */
         Health: {
@@ -1368,10 +1371,10 @@ export interface components {
             /** Messages */
             messages: components["schemas"]["Message"][];
             /**
-             * Next Offset
-             * @description offset of the next page; null on the last page
+             * Next Cursor
+             * @description pass it as `cursor` for the next page; null on the last page
              */
-            next_offset: number | null;
+            next_cursor: string | null;
         };
         /** Home */
         Home: {
@@ -2256,7 +2259,8 @@ export interface operations {
         parameters: {
             query?: {
                 limit?: number;
-                offset?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string | null;
             };
             header?: never;
             path: {
@@ -6878,7 +6882,8 @@ export interface operations {
         parameters: {
             query?: {
                 limit?: number;
-                offset?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string | null;
             };
             header?: never;
             path?: never;
@@ -6946,7 +6951,8 @@ export interface operations {
         parameters: {
             query?: {
                 limit?: number;
-                offset?: number;
+                /** @description `next_cursor` of the previous page */
+                cursor?: string | null;
             };
             header?: never;
             path: {

@@ -94,10 +94,11 @@ describe("calls", () => {
   test("history pages the messages", async () => {
     const page = await memory.history(group, "chat-1", { limit: 1 });
     assert.deepEqual(page.messages.map((m) => m.id), ["m1"]);
-    assert.equal(page.next_offset, 1);
-    const last = await memory.history(group, "chat-1", { limit: 1, offset: 1 });
+    assert.equal(typeof page.next_cursor, "string");
+    const last = await memory.history(group, "chat-1", { limit: 1, cursor: page.next_cursor! });
     assert.equal(last.messages[0]!.content, CHAT[1]!.content);
-    assert.equal(last.next_offset, null);
+    assert.equal(last.next_cursor, null);
+    await assert.rejects(memory.history(group, "chat-1", { cursor: "not a cursor" }), /invalid history cursor/);
   });
 
   test("sessions and groups: metadata, listing, deletion", async () => {

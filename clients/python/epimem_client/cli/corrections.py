@@ -3,12 +3,11 @@ running epimem the changes are signed by the key's actor; in process on a data f
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from epimem_client.cli.output import out, print_json, short, text
+from epimem_client.cli.output import answer, more, short, table, text
 from epimem_client.cli.recall import AsJson
 from epimem_client.cli.target import DataDir, Key, Url, open_memory
 
@@ -29,10 +28,7 @@ def correct(
     """Correct an episode's title or text; the earlier one stays in its revisions."""
     with open_memory(ctx, url, key, data_dir) as service:
         episode = service.correct_episode(group_id, session_id, episode_id, title=title, content=content, reason=reason)
-    if as_json:
-        print_json(episode)
-        return
-    out.print(f"corrected {episode.uuid}: {episode.title}")
+    answer(episode, as_json, lambda e: f"corrected {e.uuid}: {e.title}")
 
 
 def revisions(
@@ -48,17 +44,15 @@ def revisions(
     """An episode's revisions, oldest first (0 is the generated episode)."""
     with open_memory(ctx, url, key, data_dir) as service:
         found = service.episode_revisions(group_id, session_id, episode_id)
-    if as_json:
-        print_json([revision.model_dump(mode="json") for revision in found])
-        return
-    table = Table(title=f"revisions of {episode_id}")
-    for column in ("#", "kind", "when", "by", "title", "reason"):
-        table.add_column(column, overflow="fold")
-    for revision in found:
-        kind = text(revision.kind) + (" (superseded)" if revision.superseded else "") + (" (erased)" * revision.erased)
-        when = revision.changed_at.strftime("%Y-%m-%d %H:%M")
-        table.add_row(str(revision.revision), kind, when, revision.changed_by, short(revision.title), revision.reason)
-    out.print(table)
+    rows = [_revision_row(revision) for revision in found]
+    columns = ("#", "kind", "when", "by", "title", "reason")
+    answer(found, as_json, lambda _: table(f"revisions of {episode_id}", columns, rows))
+
+
+def _revision_row(revision: Any) -> tuple[object, ...]:
+    kind = text(revision.kind) + (" (superseded)" if revision.superseded else "") + (" (erased)" * revision.erased)
+    when = revision.changed_at.strftime("%Y-%m-%d %H:%M")
+    return revision.revision, kind, when, revision.changed_by, short(revision.title), revision.reason
 
 
 def redact(
@@ -78,13 +72,11 @@ def redact(
         if not yes:
             typer.confirm(f"Remove the text of message {message_id!r} of session {session_id!r} for good?", abort=True)
         receipt = service.redact_message(group_id, session_id, message_id, replacement=replacement)
-    if as_json:
-        print_json(receipt)
-        return
-    if not receipt.redacted:
-        out.print(f"message {message_id} was redacted already: nothing changed")
-        return
-    out.print(f"redacted {message_id}; rebuilt episodes: {', '.join(receipt.episodes) or '-'}")
+    if receipt.redacted:
+        said = f"redacted {message_id}; rebuilt episodes: {', '.join(receipt.episodes) or '-'}"
+    else:
+        said = f"message {message_id} was redacted already: nothing changed"
+    answer(receipt, as_json, lambda _: said)
 
 
 def audit(
@@ -100,24 +92,20 @@ def audit(
     """The group's audit trail, newest first (who changed what, when; never the content)."""
     with open_memory(ctx, url, key, data_dir) as service:
         page = service.audit(group_id, limit=limit, cursor=cursor)
-    if as_json:
-        print_json(page)
-        return
-    table = Table(title=f"audit trail of {group_id}")
-    for column in ("when", "actor", "action", "session", "targets"):
-        table.add_column(column, overflow="fold")
-    for entry in page.entries:
-        targets = ", ".join(entry.target_ids) + (
-            f" (+{entry.target_count - len(entry.target_ids)})" * (entry.target_count > len(entry.target_ids))
-        )
-        if entry.counts:  # a retention sweep's receipt (its ids: --json)
-            targets += "; " + ", ".join(f"{count} {kind}" for kind, count in entry.counts.items())
-        table.add_row(
-            entry.at.strftime("%Y-%m-%d %H:%M:%S"), entry.actor, text(entry.action), entry.session_id, targets
-        )
-    out.print(table)
-    if page.next_cursor:
-        out.print(f"more: --cursor {page.next_cursor}")
+    rows = [_audit_row(entry) for entry in page.entries]
+    columns = ("when", "actor", "action", "session", "targets")
+    answer(page, as_json, lambda _: table(f"audit trail of {group_id}", columns, rows))
+    if not as_json:
+        more(page.next_cursor)
+
+
+def _audit_row(entry: Any) -> tuple[object, ...]:
+    targets = ", ".join(entry.target_ids) + (
+        f" (+{entry.target_count - len(entry.target_ids)})" * (entry.target_count > len(entry.target_ids))
+    )
+    if entry.counts:  # a retention sweep's receipt (its ids: --json)
+        targets += "; " + ", ".join(f"{count} {kind}" for kind, count in entry.counts.items())
+    return f"{entry.at:%Y-%m-%d %H:%M:%S}", entry.actor, entry.action, entry.session_id, targets
 
 
 def register(app: typer.Typer) -> None:

@@ -8,10 +8,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from epimem_client.cli.files import exported_group, file_kind, message_batches
-from epimem_client.cli.output import err, out, print_json
+from epimem_client.cli.output import answer, err, table
 from epimem_client.cli.recall import AsJson
 from epimem_client.cli.target import SERVER_INSTALL, Batches, DataDir, Key, Url, open_memory, reader_of
 from epimem_client.errors import InvalidInputError
@@ -54,14 +53,9 @@ def import_(
         else:
             _add(memory, _batches(ctx, kind, path, group), totals)
     totals["groups"] = sorted(totals["groups"])
-    if as_json:
-        print_json(totals)
-        return
-    table = Table(title=f"imported {path.name}")
-    for column in ("kind", "groups", "sessions", "messages", "new episodes"):
-        table.add_column(column)
-    table.add_row(kind, ", ".join(totals["groups"]), *(str(totals[k]) for k in ("sessions", "messages", "episodes")))
-    out.print(table)
+    row = (kind, ", ".join(totals["groups"]), *(totals[k] for k in ("sessions", "messages", "episodes")))
+    columns = ("kind", "groups", "sessions", "messages", "new episodes")
+    answer(totals, as_json, lambda _: table(f"imported {path.name}", columns, [row], fold=False))
 
 
 def _lines(path: Path) -> list[str]:
@@ -140,16 +134,9 @@ def stats(
     """The groups (those the key can read) with their sessions, messages and episodes."""
     with open_memory(ctx, url, key, data_dir) as memory:
         groups = [memory.group_stats(group_id) for group_id in memory.list_groups()]
-    if as_json:
-        print_json({"groups": [group.model_dump(mode="json") for group in groups]})
-        return
-    table = Table(title=f"{len(groups)} groups")
-    for column in ("group", "sessions", "messages", "episodes", "pending"):
-        table.add_column(column)
-    for group in groups:
-        counts = (group.sessions, group.messages, group.episodes, group.pending)
-        table.add_row(group.group_id, *(str(count) for count in counts))
-    out.print(table)
+    rows = [(g.group_id, g.sessions, g.messages, g.episodes, g.pending) for g in groups]
+    columns = ("group", "sessions", "messages", "episodes", "pending")
+    answer({"groups": groups}, as_json, lambda _: table(f"{len(groups)} groups", columns, rows, fold=False))
 
 
 def register(app: typer.Typer) -> None:

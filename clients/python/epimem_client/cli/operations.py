@@ -10,9 +10,8 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from epimem_client.cli.output import out, print_json, text
+from epimem_client.cli.output import answer, out, table
 from epimem_client.cli.recall import AsJson
 from epimem_client.cli.target import DataDir, Key, Url, open_memory
 
@@ -46,10 +45,8 @@ def set_retention(
     policy = {"max_age_days": max_age_days, "by": by.value}
     with open_memory(ctx, url, key, data_dir) as memory:
         stored = memory.set_retention(group_id, policy, session_id=session)
-    if as_json:
-        print_json(stored)
-        return
-    out.print(f"{group_id}{'/' + session if session else ''}: keep {max_age_days:g} days (by {by.value})")
+    said = f"{group_id}{'/' + session if session else ''}: keep {max_age_days:g} days (by {by.value})"
+    answer(stored, as_json, lambda _: said)
 
 
 @retention.command("show")
@@ -64,16 +61,17 @@ def show_retention(
     """The group's policy and its sessions' own ones."""
     with open_memory(ctx, url, key, data_dir) as memory:
         found = memory.retention(group_id)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"retention of {group_id}")
-    for column in ("scope", "max age (days)", "by", "updated"):
-        table.add_column(column)
-    for policy in ([found.group] if found.group else []) + found.sessions:
-        scope = f"session {policy.session_id}" if policy.session_id else "group"
-        table.add_row(scope, f"{policy.max_age_days:g}", text(policy.by), policy.updated_at.strftime("%Y-%m-%d %H:%M"))
-    out.print(table)
+    rows = [
+        (
+            f"session {p.session_id}" if p.session_id else "group",
+            f"{p.max_age_days:g}",
+            p.by,
+            f"{p.updated_at:%Y-%m-%d %H:%M}",
+        )
+        for p in ([found.group] if found.group else []) + found.sessions
+    ]
+    columns = ("scope", "max age (days)", "by", "updated")
+    answer(found, as_json, lambda _: table(f"retention of {group_id}", columns, rows, fold=False))
 
 
 @retention.command("clear")
@@ -104,11 +102,8 @@ def sweep(
     """Erase now what the group's policies say is too old (or preview it); the receipt lists ids and counts."""
     with open_memory(ctx, url, key, data_dir) as memory:
         receipt = memory.sweep_retention(group_id, dry_run=dry_run)
-    if as_json:
-        print_json(receipt)
-        return
     counts = ", ".join(f"{count} {name}" for name, count in receipt.counts.items())
-    out.print(f"{'would erase' if dry_run else 'erased'}: {counts}")
+    answer(receipt, as_json, lambda _: f"{'would erase' if dry_run else 'erased'}: {counts}")
 
 
 @webhooks.command("create")
@@ -126,10 +121,7 @@ def create_webhook(
     """Subscribe a URL to the change events of groups (its secret is never shown again)."""
     with open_memory(ctx, url, key, data_dir) as memory:
         subscription = memory.create_webhook(receiver, secret, groups, description=description)
-    if as_json:
-        print_json(subscription)
-        return
-    out.print(f"webhook {subscription.id} created")
+    answer(subscription, as_json, lambda s: f"webhook {s.id} created")
 
 
 @webhooks.command("list")
@@ -139,15 +131,8 @@ def list_webhooks(
     """Every subscription (never a secret)."""
     with open_memory(ctx, url, key, data_dir) as memory:
         found = memory.webhook_subscriptions()
-    if as_json:
-        print_json([subscription.model_dump(mode="json") for subscription in found])
-        return
-    table = Table(title="webhooks")
-    for column in ("id", "url", "groups", "created", "by"):
-        table.add_column(column, overflow="fold")
-    for row in found:
-        table.add_row(row.id, row.url, ", ".join(row.groups), row.created_at, row.created_by)
-    out.print(table)
+    rows = [(row.id, row.url, ", ".join(row.groups), row.created_at, row.created_by) for row in found]
+    answer(found, as_json, lambda _: table("webhooks", ("id", "url", "groups", "created", "by"), rows))
 
 
 @webhooks.command("delete")
@@ -173,16 +158,9 @@ def deliveries(
     """The last delivery attempts, newest first, and how many events wait."""
     with open_memory(ctx, url, key, data_dir) as memory:
         found = memory.webhook_deliveries(subscription_id, limit=limit)
-    if as_json:
-        print_json(found)
-        return
-    table = Table(title=f"webhook {subscription_id}: {found.pending} waiting")
-    for column in ("at", "event", "type", "outcome", "status", "error"):
-        table.add_column(column, overflow="fold")
-    for attempt in found.attempts:
-        status = "" if attempt.status_code is None else str(attempt.status_code)
-        table.add_row(attempt.at, attempt.event_id, attempt.event_type, attempt.outcome, status, attempt.error or "")
-    out.print(table)
+    rows = [(a.at, a.event_id, a.event_type, a.outcome, a.status_code, a.error) for a in found.attempts]
+    title = f"webhook {subscription_id}: {found.pending} waiting"
+    answer(found, as_json, lambda _: table(title, ("at", "event", "type", "outcome", "status", "error"), rows))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,18 +1,21 @@
-"""What every command prints and how it fails: the two consoles (tables on stdout, notes on stderr), JSON
-output, errors as one plain line (``error (code): message``), short text for table cells."""
+"""What every command prints and how it fails: the two consoles (tables on stdout, notes on stderr), a command's
+answer (JSON with ``--json``, else a table or a line), errors as one plain line (``error (code): message``), short
+text for table cells."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from enum import Enum
 from typing import Any, NoReturn
 
 import typer
 from pydantic import BaseModel, ValidationError
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.table import Table
 
 out = Console()
 err = Console(stderr=True)
@@ -37,6 +40,31 @@ def one_line(error: ValueError) -> str:
             problems.append(f"{where}: {message}" if where else message)
         return "; ".join(problems)
     return " ".join(str(error).split())
+
+
+def answer(result: Any, as_json: bool, human: Callable[[Any], RenderableType]) -> None:
+    """What a command prints: ``result`` as JSON with ``--json``, else what ``human`` makes of it (a table, a
+    line)."""
+    if as_json:
+        print_json(result)
+    else:
+        out.print(human(result))
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]], *, fold: bool = True) -> Table:
+    """Rows under named columns, each cell as ``text`` shows it; long cells wrap (``fold``) or are cut."""
+    shown = Table(title=title)
+    for column in columns:
+        shown.add_column(column, overflow="fold" if fold else "ellipsis")
+    for row in rows:
+        shown.add_row(*("" if cell is None else text(cell) for cell in row))
+    return shown
+
+
+def more(next_cursor: str | None) -> None:
+    """Where a paged listing goes on (not with ``--json``: the JSON holds ``next_cursor``)."""
+    if next_cursor:
+        out.print(f"more: --cursor {next_cursor}")
 
 
 def print_json(value: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from epimem_client.cli import output
 from epimem_client.cli.output import err, fail, out, print_json, short
 from epimem_client.cli.target import DataDir, Key, Url, open_memory
 
@@ -121,19 +122,15 @@ def timeline(
         )
         if not page.episodes and cursor is None:
             note_when_empty(memory, group_id)
-    if as_json:
-        print_json(page)
-        return
-    table = Table(title=f"timeline of {group_id}")
-    for column in ("when", "session", "title", "messages"):
-        table.add_column(column, overflow="fold")
-    for episode in page.episodes:
-        title = ("(pending) " if episode.uuid in page.pending else "") + episode.title
-        when = episode.timestamp.strftime("%Y-%m-%d %H:%M")
-        table.add_row(when, episode.session_id, title, str(episode.message_count))
-    out.print(table)
-    if page.next_cursor:
-        out.print(f"more: --cursor {page.next_cursor}")
+    pending = set(page.pending)
+    rows = [
+        (f"{e.timestamp:%Y-%m-%d %H:%M}", e.session_id, "(pending) " * (e.uuid in pending) + e.title, e.message_count)
+        for e in page.episodes
+    ]
+    columns = ("when", "session", "title", "messages")
+    output.answer(page, as_json, lambda _: output.table(f"timeline of {group_id}", columns, rows))
+    if not as_json:
+        output.more(page.next_cursor)
 
 
 def context(
