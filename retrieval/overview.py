@@ -44,6 +44,11 @@ class GroupStats(BaseModel):
     pending: int = Field(default=0, description="messages stored and recallable, not in an episode yet")
     first: datetime | None = None
     last: datetime | None = None
+    unreadable: str | None = Field(
+        default=None,
+        description="in a list of groups: why this group's counts could not be read (e.g. its vectors were built "
+        "with another embedding model: `epimem reembed`); its counts are 0 then",
+    )
 
 
 class Histogram(BaseModel):

@@ -16,10 +16,11 @@ from pydantic import BaseModel, Field, ValidationError
 from starlette.staticfiles import StaticFiles
 
 from api.auth import Principal
+from api.facade import Epimem
 from api.http.error_handling import error_responses
 from api.http.params import CursorQuery, GroupId, SessionIdQuery
 from api.http.routes import READ, ServiceDep
-from memory.errors import InvalidInputError
+from memory.errors import InvalidInputError, ModelMismatchError
 from memory.models import UtcDatetime
 from memory.pages import Key, microseconds, page_after
 from retrieval.overview import GroupStats, Histogram, SessionStats
@@ -78,7 +79,16 @@ def list_groups(
     """Only groups covered by the caller's key, sorted by id and paged; each with its counts."""
     visible = [group for group in service.list_groups() if _visible(principal, group)]
     page, next_cursor = page_after(visible, lambda g: (g,), shape=(str,), limit=limit, cursor=cursor, what="groups")
-    return GroupsOut(groups=[service.group_stats(g) for g in page], next_cursor=next_cursor)
+    return GroupsOut(groups=[_listed_stats(service, g) for g in page], next_cursor=next_cursor)
+
+
+def _listed_stats(service: Epimem, group_id: str) -> GroupStats:
+    """A group's counts for a list of groups: one group that cannot be read now (built with another embedding
+    model) is listed as such instead of failing the whole list."""
+    try:
+        return service.group_stats(group_id)
+    except ModelMismatchError as refused:
+        return GroupStats(group_id=group_id, sessions=0, messages=0, episodes=0, unreadable=refused.message)
 
 
 @explorer.get(

@@ -4,13 +4,15 @@ timeline histogram) and the static files at /ui: real service, real Chroma, thro
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from helpers.builders import T0, messages
 from helpers.docs_blocks import blocks
+from helpers.embedders import ProjectedEmbedder
 from helpers.paths import DOCS
 
 from api.facade import Epimem
@@ -143,3 +145,28 @@ def test_the_key_file_example_in_the_docs_works(tmp_path, service: Epimem) -> No
         assert who == {"mode": "key", "role": "read", "groups": ["team-a", "proj-*"]}
         groups = client.get("/v1/groups", headers=auth(reader)).json()["groups"]
         assert [g["group_id"] for g in groups] == ["proj-x"]
+
+
+def test_a_group_built_with_another_model_is_listed_as_unreadable_not_a_failed_list(
+    service: Epimem, settings_for: Callable[..., Settings], embedder: SentenceTransformerEmbedder, group_id: str
+) -> None:
+    service.add_messages(group_id + "-old", "s1", messages(3, prefix="o", start=T0))
+    service.flush(group_id + "-old", "s1")
+    changed = Epimem.from_settings(settings_for(), background=False, embedder=ProjectedEmbedder(embedder))
+    try:
+        changed.add_messages(group_id + "-new", "s1", messages(2, prefix="n", start=T0))
+        listed: dict[str, dict[str, Any]] = {}
+        with TestClient(create_app(changed)) as client:
+            cursor: str | None = None
+            while True:
+                response = client.get("/v1/groups", params={"limit": 100, **({"cursor": cursor} if cursor else {})})
+                assert response.status_code == 200, response.text
+                listed.update({g["group_id"]: g for g in response.json()["groups"]})
+                cursor = response.json()["next_cursor"]
+                if cursor is None:
+                    break
+        old, new = listed[group_id + "-old"], listed[group_id + "-new"]
+        assert "reembed" in old["unreadable"] and old["messages"] == 0
+        assert new["unreadable"] is None and new["messages"] == 2
+    finally:
+        changed.close()

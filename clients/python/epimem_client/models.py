@@ -98,6 +98,7 @@ class GroupStats(WireModel):
     pending: int = 0  # messages stored and recallable, not in an episode yet
     first: datetime | None = None
     last: datetime | None = None
+    unreadable: str | None = None  # in a list of groups: why its counts could not be read (they are 0 then)
 
 
 class GroupsOut(WireModel):

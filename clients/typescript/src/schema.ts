@@ -1303,6 +1303,11 @@ export interface components {
             first?: string | null;
             /** Last */
             last?: string | null;
+            /**
+             * Unreadable
+             * @description in a list of groups: why this group's counts could not be read (e.g. its vectors were built with another embedding model: `epimem reembed`); its counts are 0 then
+             */
+            unreadable?: string | null;
         };
         /** GroupUsageOut */
         GroupUsageOut: {
