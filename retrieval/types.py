@@ -67,6 +67,12 @@ class SearchQuery(Scope):
     recency_weight: float = Field(default=0.0, ge=0.0, le=1.0)
     recency_half_life_days: float = Field(default=30.0, gt=0)
     dedupe: bool = Field(default=True, description="drop near-duplicate episodes (same text or episode vectors)")
+    min_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="only hits whose `score` (0..1, the same scale for every query) is at least this; 0 keeps all",
+    )
 
 
 class ContextQuery(Scope):
@@ -81,11 +87,24 @@ class ScoreComponents(BaseModel):
     keyword: float = Field(description="best BM25 score of the episode or one of its messages")
     fused: float = Field(description="reciprocal-rank fusion of the two rankings")
     recency: float = Field(default=1.0, description="multiplier from recency weighting")
+    evidence: float = Field(
+        default=0.0, description="best score of the episode's messages under the message scoring (before recency)"
+    )
+    raw: float = Field(
+        default=0.0,
+        description="the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one "
+        "response only; the hit's `score` is this on a fixed 0..1 scale",
+    )
 
 
 class SearchHit(BaseModel):
     episode: Episode
-    score: float
+    score: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="relevance on a fixed 0..1 scale, the same for every query (about the share of hits of this "
+        "score that held the answer on the recall benchmark); hits are ranked by it (ties by `components.raw`)",
+    )
     components: ScoreComponents
     matched_message_ids: list[str] = Field(default_factory=list)
     messages: list[Message] | None = None
@@ -108,6 +127,11 @@ class TimelinePage(BaseModel):
 
 
 class Citation(BaseModel):
+    marker: str = Field(
+        description="the marker that opens this piece in the context text: '[1]' for the first citation, "
+        "'[2]' for the second, ... (citation i of the list is marker [i + 1])",
+        examples=["[1]"],
+    )
     episode_id: str
     session_id: str
     timestamp: datetime

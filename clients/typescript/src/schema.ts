@@ -890,6 +890,12 @@ export interface components {
         BoundaryReason: "time_gap" | "max_size" | "topic_shift" | "flush" | "end_of_session" | "llm" | "idle" | "open";
         /** Citation */
         Citation: {
+            /**
+             * Marker
+             * @description the marker that opens this piece in the context text: '[1]' for the first citation, '[2]' for the second, ... (citation i of the list is marker [i + 1])
+             * @example [1]
+             */
+            marker: string;
             /** Episode Id */
             episode_id: string;
             /** Session Id */
@@ -1917,11 +1923,26 @@ export interface components {
              * @default 1
              */
             recency?: number;
+            /**
+             * Evidence
+             * @description best score of the episode's messages under the message scoring (before recency)
+             * @default 0
+             */
+            evidence?: number;
+            /**
+             * Raw
+             * @description the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one response only; the hit's `score` is this on a fixed 0..1 scale
+             * @default 0
+             */
+            raw?: number;
         };
         /** SearchHit */
         SearchHit: {
             episode: components["schemas"]["Episode"];
-            /** Score */
+            /**
+             * Score
+             * @description relevance on a fixed 0..1 scale, the same for every query (about the share of hits of this score that held the answer on the recall benchmark); hits are ranked by it (ties by `components.raw`)
+             */
             score: number;
             components: components["schemas"]["ScoreComponents"];
             /** Matched Message Ids */
@@ -1998,6 +2019,12 @@ export interface components {
              * @default true
              */
             dedupe?: boolean;
+            /**
+             * Min Score
+             * @description only hits whose `score` (0..1, the same scale for every query) is at least this; 0 keeps all
+             * @default 0
+             */
+            min_score?: number;
         };
         /** SessionInfo */
         SessionInfo: {
