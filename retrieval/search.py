@@ -12,10 +12,10 @@ A search is a straight pipeline over one reader of the group (memory.readmodel):
 their messages (retrieval.scoring), ranked, near-duplicates dropped (retrieval.duplicates), expanded.
 
 Hits are ranked by their raw score, (fused rank + 2.0 x best message evidence) x recency, which is unbounded
-(below 0 to above 4) and means little outside its own response. A hit's ``score`` is the raw score on a fixed
-0..1 scale (``scaled``: one logistic curve for every query, so the order is the same), fitted on the recall
-benchmark so that a score is about the share of hits of that score that held the answer; ``min_score`` drops
-the hits below a threshold (tests/benchmarks/score_scale.py measures the curve and the thresholds).
+(below 0 to above 5) and means little outside its own response. A hit's ``score`` is the raw score on a fixed
+0..1 scale (``scaled``: one rising logistic curve for every query, so the order is the same), fitted on LoCoMo
+dev so that a score is about the chance that the hit holds the evidence of its question; ``min_score`` drops the
+hits below a threshold (tests/benchmarks/score_scale.py measures the curve and the thresholds).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from retrieval.types import Order, ScoreComponents, SearchHit, SearchQuery
 SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000)
 
 # The 0..1 scale of a hit's score: 1 / (1 + exp(-SCALE_SLOPE x (raw - SCALE_MIDPOINT))), fitted by logistic
-# regression of "the hit holds evidence of the question" on the raw score (LoCoMo dev, k = 10;
-# tests/benchmarks/score_scale.py, docs/retrieval.md).
-SCALE_SLOPE = 2.0
-SCALE_MIDPOINT = 2.5
+# regression of "the hit holds evidence of its question" on the raw score (LoCoMo dev, 997 questions, k = 10:
+# tests/benchmarks/score_scale.py prints the fit; docs/retrieval.md#scores has the figures).
+SCALE_SLOPE = 2.29
+SCALE_MIDPOINT = 4.06
 
 
 def scaled(raw: float) -> float:

@@ -71,7 +71,8 @@ class SearchQuery(Scope):
         default=0.0,
         ge=0.0,
         le=1.0,
-        description="only hits whose `score` (0..1, the same scale for every query) is at least this; 0 keeps all",
+        description="only the hits whose `score` (0..1, one scale for every query) is at least this: 0 keeps every "
+        "hit, 0.05 drops nearly every hit of a question that memory cannot answer (docs: Retrieval, Scores)",
     )
 
 
@@ -93,7 +94,7 @@ class ScoreComponents(BaseModel):
     raw: float = Field(
         default=0.0,
         description="the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one "
-        "response only; the hit's `score` is this on a fixed 0..1 scale",
+        "response only; the hit's `score` is it on the fixed 0..1 scale",
     )
 
 
@@ -102,8 +103,8 @@ class SearchHit(BaseModel):
     score: float = Field(
         ge=0.0,
         le=1.0,
-        description="relevance on a fixed 0..1 scale, the same for every query (about the share of hits of this "
-        "score that held the answer on the recall benchmark); hits are ranked by it (ties by `components.raw`)",
+        description="from 0 to 1 on one scale for every query: about the chance that the hit holds what the query "
+        "asks (fitted on LoCoMo dev); `components.raw` on a fixed rising curve, so the hits keep its order",
     )
     components: ScoreComponents
     matched_message_ids: list[str] = Field(default_factory=list)

@@ -208,8 +208,9 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         filter: FilterArg = None,  # noqa: A002 (the API's name for it)
     ) -> list[Hit]:
         """Find the episodes (remembered stretches of conversation) most relevant to a query, best first, each
-        with a score from 0 to 1 (about the chance that it holds what was asked; 0.1 drops most of the unrelated
-        tail); messages not in an episode yet come as their session's open stretch (pending: true)."""
+        with a score from 0 to 1 (about the chance that it holds what was asked; min_score 0.05 drops nearly every
+        hit of a question memory cannot answer); messages not in an episode yet come as their session's open
+        stretch (pending: true)."""
         options = {"k": k, "min_score": min_score, **scope_of(sessions, time, reference_time, filter)}
         hits = await tools.run(ctx, group, READ, lambda b, g: b.search(g, query, **options))
         return [hit_of(hit) for hit in hits]

@@ -1931,7 +1931,7 @@ export interface components {
             evidence?: number;
             /**
              * Raw
-             * @description the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one response only; the hit's `score` is this on a fixed 0..1 scale
+             * @description the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one response only; the hit's `score` is it on the fixed 0..1 scale
              * @default 0
              */
             raw?: number;
@@ -1941,7 +1941,7 @@ export interface components {
             episode: components["schemas"]["Episode"];
             /**
              * Score
-             * @description relevance on a fixed 0..1 scale, the same for every query (about the share of hits of this score that held the answer on the recall benchmark); hits are ranked by it (ties by `components.raw`)
+             * @description from 0 to 1 on one scale for every query: about the chance that the hit holds what the query asks (fitted on LoCoMo dev); `components.raw` on a fixed rising curve, so the hits keep its order
              */
             score: number;
             components: components["schemas"]["ScoreComponents"];
@@ -2021,7 +2021,7 @@ export interface components {
             dedupe?: boolean;
             /**
              * Min Score
-             * @description only hits whose `score` (0..1, the same scale for every query) is at least this; 0 keeps all
+             * @description only the hits whose `score` (0..1, one scale for every query) is at least this: 0 keeps every hit, 0.05 drops nearly every hit of a question that memory cannot answer (docs: Retrieval, Scores)
              * @default 0
              */
             min_score?: number;
