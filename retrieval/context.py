@@ -1,10 +1,13 @@
 """Token-budgeted, cited context for RAG prompts.
 
 The context is made of pieces, one per episode: the exact source messages of that episode that
-earned their place, in order, with "…" where turns are left out. Each day's pieces come under one
-date line ("[8 May 2023]"; pieces of one day are parted by a "…" line). Without ``day_headers``, or
-with ``titles``, every piece has its own header instead: its first message's date and time (and the
-episode's title). Date lines leave more of the budget to messages.
+earned their place, in order, with "…" where turns are left out. Each piece opens with its marker,
+"[1]", "[2]", ... in the order of the text, which is the order of the citations (citation i is marker
+[i + 1], its ``marker``): a prompt built from the text carries its sources. Each day's pieces come
+under one date line ("[8 May 2023]"), each piece's first message line opening with its marker. Without
+``day_headers``, or with ``titles``, every piece has its own header instead, opening with its marker:
+its first message's date and time (and the episode's title). Date lines leave more of the budget to
+messages.
 Messages are scored as retrieval.scoring says (the message's own match, its episode's, its
 neighbour's, the speakers and times the query names).
 
@@ -16,7 +19,9 @@ Tokens are counted offline as ceil(characters / 4) of the whole text (newlines i
 a wordpiece counter is given, as max(that, wordpieces of the bundled tokenizer): the text never
 exceeds the budget by either measure. Characters and wordpieces add up over lines (a newline is
 whitespace to the tokenizer), so the packer keeps exact running sums of both and pays no rounding
-per line.
+per line. A marker is followed by a space and the tokenizer splits on brackets and spaces, so a marked line
+costs its marker plus the line; the markers of N pieces are [1]..[N] whichever piece holds which, so the
+packer prices marker N + 1 when it opens a piece.
 """
 
 from __future__ import annotations
@@ -107,6 +112,11 @@ def piece_header(episode: Episode, first: Message, *, titles: bool) -> str:
     return f"[{date}] {episode.title}" if titles else f"[{date}]"
 
 
+def marker(number: int) -> str:
+    """The marker of the ``number``-th piece (1-based): '[1]'."""
+    return f"[{number}]"
+
+
 def day_header(moment: datetime) -> str:
     """The date line of a day's pieces: '[8 May 2023]' (UTC, as the rest of the context)."""
     moment = to_utc(moment)
@@ -123,8 +133,14 @@ class _Piece:
     def first(self) -> Message:
         return self.messages[min(self.chosen)]
 
-    def lines(self, *, titles: bool) -> list[str]:
-        return [piece_header(self.episode, self.first, titles=titles), *self.body()]
+    def lines(self, number: int, *, titles: bool) -> list[str]:
+        """The piece with a header of its own, opening with its marker."""
+        return [f"{marker(number)} {piece_header(self.episode, self.first, titles=titles)}", *self.body()]
+
+    def marked_body(self, number: int) -> list[str]:
+        """The body, its first line opening with the piece's marker (under a day's date line)."""
+        first, *rest = self.body()
+        return [f"{marker(number)} {first}", *rest]
 
     def body(self) -> list[str]:
         """The chosen messages' lines, with a gap line where turns are left out."""
@@ -136,9 +152,10 @@ class _Piece:
             lines.append(message_line(self.messages[index]))
         return lines
 
-    def citation(self) -> Citation:
+    def citation(self, number: int) -> Citation:
         indices = sorted(self.chosen)
         return Citation(
+            marker=marker(number),
             episode_id=self.episode.uuid,
             session_id=self.episode.session_id,
             timestamp=self.messages[indices[0]].timestamp,
@@ -261,26 +278,31 @@ class ContextBuilder:
             raise AssertionError(
                 f"context of {tokens} tokens ({len(text)} chars) against the budget {query.token_budget}"
             )
-        return ContextResult(text=text, citations=[piece.citation() for piece in ordered], tokens=tokens)
+        citations = [piece.citation(number) for number, piece in enumerate(ordered, start=1)]
+        return ContextResult(text=text, citations=citations, tokens=tokens)
 
     def _lines(self, ordered: list[_Piece], *, days: bool) -> list[str]:
+        numbered = list(enumerate(ordered, start=1))
         if not days:
-            return [line for piece in ordered for line in piece.lines(titles=self.policy.titles)]
+            return [line for number, piece in numbered for line in piece.lines(number, titles=self.policy.titles)]
         lines: list[str] = []
         last = None
-        for piece in ordered:
+        for number, piece in numbered:
             day = day_header(piece.first.timestamp)
-            lines += [day if day != last else GAP, *piece.body()]
+            lines += [day] if day != last else []
+            lines += piece.marked_body(number)
             last = day
         return lines
 
+    def _marker_cost(self, number: int) -> tuple[int, int]:
+        """(characters, wordpieces) of the ``number``-th piece's marker and the space after it."""
+        return len(marker(number)) + 1, self._line_wordpieces(marker(number))
+
     def _day_change(self, per_day: Counter[str], old: str | None, new: str) -> tuple[int, int]:
         """(characters, wordpieces) the text gains when a piece leaves day ``old`` (None: a new piece)
-        for day ``new``: a day's first piece brings its date line, each further one a gap line."""
-        gained = self._cost([new] if per_day[new] <= 0 else [GAP])
-        if old is None:
-            return gained
-        lost = self._cost([old] if per_day[old] <= 1 else [GAP])
+        for day ``new``: a day's first piece brings its date line."""
+        gained = self._cost([new]) if per_day[new] <= 0 else (0, 0)
+        lost = self._cost([old]) if old is not None and per_day[old] <= 1 else (0, 0)
         return gained[0] - lost[0], gained[1] - lost[1]
 
     def _rank(
@@ -350,6 +372,9 @@ class _Packer:
         cost = self._costs.of(trial)
         before = self._piece_cost.get(uuid, (0, 0))
         chars, wordpieces = self.chars + cost[0] - before[0], self.wordpieces + cost[1] - before[1]
+        if current is None:  # a new piece: the markers become [1]..[N + 1]
+            opened = self._builder._marker_cost(len(self.chosen) + 1)
+            chars, wordpieces = chars + opened[0], wordpieces + opened[1]
         day = day_header(trial.first.timestamp) if self._days else ""
         moves = self._days and day != self._day_of.get(uuid)
         if moves:  # the piece opens (or moves to) a day: a date line or a gap line comes or goes

@@ -10,10 +10,17 @@ the read path loops over sessions.
 A search is a straight pipeline over one reader of the group (memory.readmodel): the query understood
 (retrieval.analysis), candidates (retrieval.candidates), their episodes scored with the best evidence of
 their messages (retrieval.scoring), ranked, near-duplicates dropped (retrieval.duplicates), expanded.
+
+Hits are ranked by their raw score, (fused rank + 2.0 x best message evidence) x recency, which is unbounded
+(below 0 to above 5) and means little outside its own response. A hit's ``score`` is the raw score on a fixed
+0..1 scale (``scaled``: one rising logistic curve for every query, so the order is the same), fitted on LoCoMo
+dev so that a score is about the chance that the hit holds the evidence of its question; ``min_score`` drops the
+hits below a threshold (tests/benchmarks/score_scale.py measures the curve and the thresholds).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -35,6 +42,21 @@ from retrieval.types import Order, ScoreComponents, SearchHit, SearchQuery
 # the ones it scores (the same recall as scoring the whole group, at a cost bounded by the candidates;
 # docs/benchmarks-recall.md). The evidence weight is chosen by leave-one-conversation-out.
 SEARCH_POLICY = ScoringPolicy(select="episodes", max_episodes=100_000)
+
+# The 0..1 scale of a hit's score: 1 / (1 + exp(-SCALE_SLOPE x (raw - SCALE_MIDPOINT))), fitted by logistic
+# regression of "the hit holds evidence of its question" on the raw score (LoCoMo dev, 997 questions, k = 10:
+# tests/benchmarks/score_scale.py prints the fit; docs/retrieval.md#scores has the figures).
+SCALE_SLOPE = 2.29
+SCALE_MIDPOINT = 4.06
+
+
+def scaled(raw: float) -> float:
+    """A raw search score on the fixed 0..1 scale: increasing, so hits keep their order."""
+    exponent = -SCALE_SLOPE * (raw - SCALE_MIDPOINT)
+    if exponent > 0:  # exp(-exponent) cannot overflow
+        small = math.exp(-exponent)
+        return small / (1.0 + small)
+    return 1.0 / (1.0 + math.exp(exponent))
 
 
 def _attributes(_searcher: Any, group_id: str, query: SearchQuery) -> dict[str, Any]:
@@ -65,7 +87,7 @@ class Searcher:
         hits = self._ranked(query, by_episode, episodes, self._evidence(request, found))
         if query.dedupe:
             hits = drop_near_duplicates(hits, vectors, limit=query.k)
-        hits = hits[: query.k]
+        hits = [hit for hit in hits[: query.k] if hit.score >= query.min_score]
         if query.order is Order.CHRONOLOGICAL:
             hits.sort(key=lambda hit: (hit.episode.timestamp, hit.episode.uuid))
         # A filter shows an episode as what passes (retrieval.filters.shown), expanded or not.
@@ -98,21 +120,24 @@ class Searcher:
             sources = episode.source_episode_ids or (episode_id,)
             best = max((evidence[e] for e in sources if e in evidence), default=0.0)
             recency = recency_factor(episode.timestamp, now, query.recency_weight, query.recency_half_life_days)
+            raw = (fused + self.policy.search_evidence * best) * recency
             hits.append(
                 SearchHit(
                     episode=episode,
-                    score=(fused + self.policy.search_evidence * best) * recency,
+                    score=scaled(raw),
                     components=ScoreComponents(
                         vector=max(item.vector for item in items),
                         keyword=max(item.keyword for item in items),
                         fused=fused,
                         recency=recency,
+                        evidence=best,
+                        raw=raw,
                     ),
                     matched_message_ids=[item.record.message_id for item in items if item.is_message],
                     pending=is_open_episode_id(episode.uuid),
                 )
             )
-        hits.sort(key=lambda hit: (-hit.score, hit.episode.uuid))
+        hits.sort(key=lambda hit: (-hit.components.raw, hit.episode.uuid))
         return hits
 
     @staticmethod

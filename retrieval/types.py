@@ -68,6 +68,13 @@ class SearchQuery(Scope):
     recency_weight: float = Field(default=0.0, ge=0.0, le=1.0)
     recency_half_life_days: float = Field(default=30.0, gt=0)
     dedupe: bool = Field(default=True, description="drop near-duplicate episodes (same text or episode vectors)")
+    min_score: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="only the hits whose `score` (0..1, one scale for every query) is at least this: 0 keeps every "
+        "hit, 0.05 drops nearly every hit of a question that memory cannot answer (docs: Retrieval, Scores)",
+    )
 
 
 class ContextQuery(Scope):
@@ -82,11 +89,24 @@ class ScoreComponents(BaseModel):
     keyword: float = Field(description="best BM25 score of the episode or one of its messages")
     fused: float = Field(description="reciprocal-rank fusion of the two rankings")
     recency: float = Field(default=1.0, description="multiplier from recency weighting")
+    evidence: float = Field(
+        default=0.0, description="best score of the episode's messages under the message scoring (before recency)"
+    )
+    raw: float = Field(
+        default=0.0,
+        description="the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one "
+        "response only; the hit's `score` is it on the fixed 0..1 scale",
+    )
 
 
 class SearchHit(BaseModel):
     episode: Episode
-    score: float
+    score: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="from 0 to 1 on one scale for every query: about the chance that the hit holds what the query "
+        "asks (fitted on LoCoMo dev); `components.raw` on a fixed rising curve, so the hits keep its order",
+    )
     components: ScoreComponents
     matched_message_ids: list[str] = Field(default_factory=list)
     messages: list[Message] | None = None
@@ -109,6 +129,11 @@ class TimelinePage(BaseModel):
 
 
 class Citation(BaseModel):
+    marker: str = Field(
+        description="the marker that opens this piece in the context text: '[1]' for the first citation, "
+        "'[2]' for the second, ... (citation i of the list is marker [i + 1])",
+        examples=["[1]"],
+    )
     episode_id: str
     session_id: str
     timestamp: datetime

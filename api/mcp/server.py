@@ -199,14 +199,19 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         query: Annotated[str, Field(min_length=1, description="what to look for, in plain words")],
         group: GroupArg = None,
         k: Annotated[int, Field(ge=1, le=100, description="how many episodes to return")] = 5,
+        min_score: Annotated[
+            float, Field(ge=0.0, le=1.0, description="only hits scoring at least this (0..1, the same for any query)")
+        ] = 0.0,
         sessions: SessionsArg = None,
         time: TimeArg = None,
         reference_time: RefTimeArg = None,
         filter: FilterArg = None,  # noqa: A002 (the API's name for it)
     ) -> list[Hit]:
-        """Find the episodes (remembered stretches of conversation) most relevant to a query; messages
-        not in an episode yet come as their session's open stretch (pending: true)."""
-        options = {"k": k, **scope_of(sessions, time, reference_time, filter)}
+        """Find the episodes (remembered stretches of conversation) most relevant to a query, best first, each
+        with a score from 0 to 1 (about the chance that it holds what was asked; min_score 0.05 drops nearly every
+        hit of a question memory cannot answer); messages not in an episode yet come as their session's open
+        stretch (pending: true)."""
+        options = {"k": k, "min_score": min_score, **scope_of(sessions, time, reference_time, filter)}
         hits = await tools.run(ctx, group, READ, lambda b, g: b.search(g, query, **options))
         return [hit_of(hit) for hit in hits]
 
@@ -222,8 +227,9 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
         filter: FilterArg = None,  # noqa: A002 (the API's name for it)
     ) -> dict[str, Any]:
         """Memory packed for a prompt: cited text within a token budget, in time order (messages just
-        added included; their citations say pending: true). With a speaker filter it cites only what
-        those speakers said."""
+        added included; their citations say pending: true). Each piece of the text opens with its marker
+        ([1], [2], ...), the `marker` of its citation. With a speaker filter it cites only what those
+        speakers said."""
         options = {"token_budget": token_budget, **scope_of(sessions, time, reference_time, filter)}
         result = await tools.run(ctx, group, READ, lambda b, g: b.context(g, query, **options))
         return dict(result.model_dump(mode="json"))

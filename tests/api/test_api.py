@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -113,12 +114,24 @@ def test_messages_flush_episodes_and_recall(client: TestClient, group_id: str) -
     assert hits and all(h["episode"]["group_id"] == group_id for h in hits)
     assert "Rex" in hits[0]["episode"]["content"]
     assert client.post(f"/v1/groups/{group_id}-other/search", json={"query": "hiking"}).json() == {"hits": []}
+    # Scores are on one 0..1 scale; min_score keeps the hits scoring at least it, in the same order.
+    assert all(0 < h["score"] < 1 for h in hits) and [h["score"] for h in hits] == sorted(
+        (h["score"] for h in hits), reverse=True
+    )
+    threshold = hits[0]["score"]
+    kept = client.post(f"{base}/search", json={"query": "hiking with Rex", "k": 3, "min_score": threshold}).json()
+    assert [h["episode"]["uuid"] for h in kept["hits"]] == [
+        h["episode"]["uuid"] for h in hits if h["score"] >= threshold
+    ]
 
     context = client.post(f"{base}/context", json={"query": "What did they do with Rex?", "token_budget": 200})
     assert context.status_code == 200
     body = context.json()
     assert set(body) == {"text", "citations", "tokens"} and 0 < body["tokens"] <= 200
     assert body["citations"] and body["citations"][0]["episode_id"] in {e["uuid"] for e in episodes}
+    markers = [citation["marker"] for citation in body["citations"]]  # each piece opens with its citation's marker
+    assert markers == [f"[{n}]" for n in range(1, len(markers) + 1)]
+    assert re.findall(r"^(\[\d+\]) ", body["text"], flags=re.M) == markers
 
     page = client.get(f"{base}/timeline", params={"limit": 1}).json()
     seen = [e["uuid"] for e in page["episodes"]]
@@ -241,6 +254,10 @@ def test_every_error_has_the_one_shape(local_app: Callable[..., TestClient]) -> 
     assert_error(client.post("/v1/groups/g/search", json={"query": "x", "k": 0}), 422, "invalid_input")
     assert_error(client.post("/v1/groups/g/search", json={"query": ""}), 422, "invalid_input")
     assert_error(client.post("/v1/groups/g/search", json={"query": "x", "surprise": 1}), 422, "invalid_input")
+    for outside in (-0.1, 1.5, "high"):  # a score is from 0 to 1
+        assert_error(
+            client.post("/v1/groups/g/search", json={"query": "x", "min_score": outside}), 422, "invalid_input"
+        )
     assert_error(client.get("/v1/groups/g/timeline", params={"limit": 501}), 422, "invalid_input")
     assert_error(client.get("/v1/groups/g/timeline", params={"start": "not a date"}), 422, "invalid_input")
     assert_error(client.post("/v1/groups/g/context", json={"query": "x", "token_budget": 10**6}), 422, "invalid_input")

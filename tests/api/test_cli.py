@@ -81,6 +81,27 @@ def test_import_is_idempotent_and_everything_reads_back(
 
     hits = json.loads(run(embedder, "search", "conv-t", "Which dog did Caroline adopt?", *data, "--json", "-k", "2"))
     assert hits and "Rex" in hits[0]["episode"]["content"]
+    scores = [hit["score"] for hit in hits]
+    assert all(0 < score < 1 for score in scores) and scores == sorted(scores, reverse=True)
+    above = json.loads(
+        run(
+            embedder,
+            "search",
+            "conv-t",
+            "Which dog did Caroline adopt?",
+            *data,
+            "--json",
+            "-k",
+            "2",
+            "--min-score",
+            str(scores[0]),
+        )
+    )
+    assert [hit["episode"]["uuid"] for hit in above] == [
+        hit["episode"]["uuid"] for hit in hits if hit["score"] >= scores[0]
+    ]
+    refused = runner.invoke(app, ["search", "conv-t", "dog", *data, "--min-score", "1.5"], obj={"embedder": embedder})
+    assert refused.exit_code == 2 and "--min-score" in refused.output
     table = run(embedder, "search", "conv-t", "sunset painting", *data)
     assert "conv-t" not in table and "session_2" in table  # a table of episodes, by session
 

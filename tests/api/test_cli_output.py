@@ -108,3 +108,5 @@ def test_context_lists_its_citations(tmp_path: Path, embedder: SentenceTransform
     assert count >= 1 and [int(number) for number, _ in listed] == list(range(1, count + 1))
     assert all(ids.startswith("m") for _, ids in listed)
     assert "Relevant memory" in result.stdout and "citations" not in result.stdout
+    # The pieces of the text open with the markers the list names, in its order.
+    assert re.findall(r"^\[(\d+)\] ", result.stdout, flags=re.M) == [number for number, _ in listed]

@@ -53,8 +53,15 @@ def test_sync_client_mirrors_the_facade(service: Epimem, serve: Callable[..., Ap
 
         hits = memory.search(group_id, "hiking with Rex", k=2)
         assert hits and isinstance(hits[0], SearchHit) and hits[0].episode.group_id == group_id
+        assert all(0 < hit.score < 1 for hit in hits) and hits[0].components.raw >= hits[-1].components.raw
+        above = memory.search(group_id, "hiking with Rex", k=2, min_score=hits[0].score)
+        assert [hit.episode.uuid for hit in above] == [hit.episode.uuid for hit in hits if hit.score >= hits[0].score]
+        with pytest.raises(InvalidInputError):
+            memory.search(group_id, "hiking with Rex", min_score=2)
         context = memory.context(group_id, "Who is Rex?", token_budget=120)
         assert 0 < context.tokens <= 120 and context.citations
+        assert [c.marker for c in context.citations] == [f"[{n}]" for n in range(1, len(context.citations) + 1)]
+        assert all(f"{c.marker} " in context.text for c in context.citations)
         page = memory.timeline(group_id, session_id="s1", limit=1)
         assert isinstance(page, TimelinePage) and len(page.episodes) == 1
         first = memory.history(group_id, "s1", limit=1)
@@ -107,6 +114,10 @@ def test_async_client(service: Epimem, serve: Callable[..., AppServer], group_id
             assert episodes
             hits = await memory.search(group_id, "Lake Tahoe")
             assert hits[0].episode.uuid in {e.uuid for e in episodes}
+            assert await memory.search(group_id, "Lake Tahoe", min_score=1.0) == []  # no score reaches 1
+            context = await memory.context(group_id, "Lake Tahoe", token_budget=120)
+            assert [c.marker for c in context.citations] == [f"[{n}]" for n in range(1, len(context.citations) + 1)]
+            assert context.citations and context.text.splitlines()[2].startswith("[1] ")  # under the day's line
             assert (await memory.timeline(group_id)).episodes
             assert (await memory.get_episode(group_id, "s1", episodes[0].uuid)).uuid == episodes[0].uuid
             lines = [line async for line in memory.export_group(group_id)]

@@ -377,6 +377,11 @@ def test_context_budget_slider_changes_text_and_citations(local: AppServer, open
     wait_until(page, "document.querySelector('#c-tokens')?.innerText.includes('of 1000')")
     used, budget, wide = context_state(page)
     assert 0 < used <= budget == 1000 and len(wide) >= 4
+    # Each piece shows its marker, [1]..[N], which links to the episode its citation names.
+    markers = page.locator("#c-text section.piece").evaluate_all("nodes => nodes.map(n => n.dataset.marker)")
+    assert len(markers) >= 2 and markers == [f"[{n}]" for n in range(1, len(markers) + 1)]
+    shown = page.locator("#c-text section.piece a.cite").evaluate_all("nodes => nodes.map(n => n.textContent)")
+    assert shown == markers
     assert "chat-1-0-0" in wide
     page.get_by_label("Token budget").fill("64")
     wait_until(page, "document.querySelector('#c-tokens')?.innerText.includes('of 64')")

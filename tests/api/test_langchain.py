@@ -70,6 +70,7 @@ def test_retriever_in_an_lcel_chain_over_http(url: str) -> None:
         pieces = cited.invoke("Rex the dog")
         assert len(pieces) == 1 and "Caroline: I adopted a golden retriever" in pieces[0].page_content
         assert pieces[0].metadata["episode_id"] == episode_id
+        assert pieces[0].metadata["marker"] == "[1]" and "\n[1] Caroline: " in pieces[0].page_content
         assert pieces[0].metadata["source_message_ids"]
 
         late = EpimemRetriever(memory=memory, group_id="team-a", time="last week", reference_time=T0)

@@ -42,6 +42,7 @@ def test_retriever_nodes_sync_and_async(url: str) -> None:
         assert all("watercolours" not in n.node.get_content() for n in nodes)
         cited = EpimemRetriever(client, group_id="team-a", mode="context", token_budget=200).retrieve("Rex")
         assert len(cited) == 1 and cited[0].node.metadata["episode_id"] == episode_id
+        assert cited[0].node.metadata["marker"] == "[1]" and "[1] " in cited[0].node.get_content()
 
     async def main() -> list:
         async with AsyncEpimemClient(url) as async_client:

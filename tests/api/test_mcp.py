@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -76,7 +77,7 @@ def check_schemas(tools: list[Any]) -> None:
     assert set(add["required"]) == {"session", "messages"}
     assert "group" not in add.get("required", [])
     search = by_name["search_memory"].input_schema["properties"]
-    assert {"query", "k", "sessions", "time", "reference_time", "group"} <= set(search)
+    assert {"query", "k", "min_score", "sessions", "time", "reference_time", "group"} <= set(search)
     assert "token_budget" in by_name["get_context"].input_schema["properties"]
     assert by_name["delete_session"].annotations.destructive_hint is True
     assert by_name["search_memory"].annotations.read_only_hint is True
@@ -96,8 +97,23 @@ async def exercise(client: Client, group: str | None) -> None:
     assert again["accepted"] == [] and len(again["duplicates"]) == 4
     hits = data(await client.call_tool("search_memory", {**where, "query": "What is the dog called?", "k": 3}))
     assert hits and "Rex" in hits[0]["content"] and hits[0]["session_id"] == "chat-1"
+    assert all(0 <= hit["score"] <= 1 for hit in hits)
+    # min_score keeps the hits scoring at least it (0..1); out of that scale it is refused.
+    threshold = (hits[0]["score"] + hits[-1]["score"]) / 2 - 1e-4
+    above = data(
+        await client.call_tool(
+            "search_memory", {**where, "query": "What is the dog called?", "k": 3, "min_score": threshold}
+        )
+    )
+    assert [hit["episode_id"] for hit in above] == [hit["episode_id"] for hit in hits if hit["score"] >= threshold]
+    refused = await client.call_tool("search_memory", {**where, "query": "dog", "min_score": 1.5})
+    assert refused.is_error and "min_score" in refused.content[0].text
     context = data(await client.call_tool("get_context", {**where, "query": "Rex the dog", "token_budget": 200}))
     assert "Rex" in context["text"] and context["citations"] and context["tokens"] <= 200
+    # Each piece of the text opens with its citation's marker, [1]..[N] in the order of the citations.
+    markers = [citation["marker"] for citation in context["citations"]]
+    assert markers == [f"[{n}]" for n in range(1, len(markers) + 1)]
+    assert re.findall(r"^(\[\d+\]) ", context["text"], flags=re.M) == markers
     page = data(await client.call_tool("get_timeline", {**where, "session": "chat-1"}))
     assert [e["uuid"] for e in page["episodes"]] == added["episodes_created"]
     episode = data(

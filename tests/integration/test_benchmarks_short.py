@@ -59,6 +59,11 @@ EXPECTED = {
         "ratio keys / body: write",
         "ratio payload / body: write",
     ],
+    "score_scale.py": [
+        "raw score, hits with evidence",
+        "fitted slope",
+        "| min_score | evidence hits kept |",
+    ],
     "keyword_patch.py": [
         "bm25s rebuild (ms)",
         "postings build (ms)",

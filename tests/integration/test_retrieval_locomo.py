@@ -1,7 +1,8 @@
 """The LoCoMo benchmark in short: one conversation cut to its first sessions, through the real pipeline.
 
 The full run is `python tests/benchmarks/locomo.py` (see docs/benchmarks.md); this asserts the pipeline runs
-end to end and that the context builder is sane and ahead of the BM25 single-turn baseline.
+end to end, that the context builder is sane and ahead of the BM25 single-turn baseline, and that search scores
+are on their fixed 0..1 scale without changing the ranking.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from helpers.paths import BENCHMARKS, ROOT
 
 from api.facade import Epimem
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from retrieval.search import SEARCH_POLICY, scaled
 
 sys.path.insert(0, str(BENCHMARKS))
 import locomo  # noqa: E402
@@ -47,14 +51,24 @@ def short_sample() -> locomo.Sample:
     return locomo.Sample(parsed, turns)
 
 
-def test_locomo_short(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
+@pytest.fixture(scope="module")
+def ingested(
+    tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+) -> Iterator[tuple[Epimem, locomo.Sample]]:
+    """The short conversation ingested once, through the real pipeline."""
     sample = short_sample()
-    assert len(sample.locomo.questions) >= 10
-    service = Epimem.from_settings(data_dir=tmp_path, background=False, embedder=embedder)
+    service = Epimem.from_settings(data_dir=tmp_path_factory.mktemp("locomo"), background=False, embedder=embedder)
     try:
-        ours = locomo.service_recall(service, [sample], budgets=BUDGETS)
+        locomo.ingest(service, [sample])
+        yield service, sample
     finally:
         service.close()
+
+
+def test_locomo_short(ingested: tuple[Epimem, locomo.Sample]) -> None:
+    service, sample = ingested
+    assert len(sample.locomo.questions) >= 10
+    ours = locomo.service_recall(service, [sample], budgets=BUDGETS)
     bm25 = locomo.baseline_recall([sample], "bm25", budgets=BUDGETS)
     assert ours.mean(200) > 0.5
     assert ours.mean(300) >= ours.mean(200)
@@ -62,6 +76,34 @@ def test_locomo_short(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> 
     assert ours.mean(("session", 3)) > 0.6
     table = locomo.recall_table({"epimem": ours, "bm25": bm25}, budgets=BUDGETS)
     assert "| epimem |" in table
+
+
+def test_search_scores_keep_the_ranking_and_min_score_cuts_the_tail(ingested: tuple[Epimem, locomo.Sample]) -> None:
+    service, sample = ingested
+    group = sample.sample_id
+    latest = max(m.timestamp for messages in sample.locomo.sessions.values() for m in messages)
+    requests = [{"k": 10}, {"k": 10, "recency_weight": 0.5, "reference_time": latest + timedelta(days=30)}]
+    seen = []
+    for question in [q.question for q in sample.locomo.questions]:
+        for options in requests:
+            hits = service.search(group, question, **options)
+            assert hits
+            for hit in hits:
+                parts = hit.components
+                # The raw score is the ranking score as it always was: (fused + 2.0 x evidence) x recency ...
+                assert parts.raw == (parts.fused + SEARCH_POLICY.search_evidence * parts.evidence) * parts.recency
+                # ... and the score is it on the one 0..1 curve, whatever the query.
+                assert hit.score == scaled(parts.raw) and 0 < hit.score < 1
+            # The order is the ranking by the raw score (ties by episode id), and by the score alike.
+            by_raw = sorted(hits, key=lambda hit: (-hit.components.raw, hit.episode.uuid))
+            assert [hit.episode.uuid for hit in hits] == [hit.episode.uuid for hit in by_raw]
+            assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
+            # min_score keeps the hits scoring at least it: the same hits, in the same order, less the tail.
+            for threshold in (0.05, 0.1, 0.3):
+                kept = service.search(group, question, min_score=threshold, **options)
+                assert [h.episode.uuid for h in kept] == [h.episode.uuid for h in hits if h.score >= threshold]
+            seen += [hit.components.raw for hit in hits]
+    assert min(seen) < 0.5 < 2.5 < max(seen)  # the raw scores spread wide; the 0..1 scale holds them all
 
 
 @pytest.mark.slow

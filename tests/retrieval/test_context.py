@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.facade import Epimem
+from epimem_client._adapters import citation_metadata, context_pieces
+from epimem_client.models import ContextResult as ClientContext
 from memory.models import Message
 from retrieval.context import HEADER, ContextBuilder, PackingPolicy, day_header, named_speakers
 from retrieval.types import ContextQuery
@@ -51,7 +53,9 @@ def fill(service: Epimem, group_id: str, sessions: int = 3) -> dict[str, str]:
     return contents
 
 
-def check(result_text: str, citations: list, tokens: int, budget: int, contents: dict[str, str]) -> None:
+def check(
+    result_text: str, citations: list, tokens: int, budget: int, contents: dict[str, str], *, days: bool = True
+) -> None:
     assert tokens <= budget
     assert math.ceil(len(result_text) / 4) <= budget
     if not citations:
@@ -62,13 +66,21 @@ def check(result_text: str, citations: list, tokens: int, budget: int, contents:
     assert stamps == sorted(stamps)  # chronological
     cited = [m for c in citations for m in c.message_ids]
     assert len(cited) == len(set(cited))
-    for citation in citations:
+    # Each piece opens with its marker: [1]..[N] in the order of the text, citation i is marker [i + 1], and the
+    # text from one marker to the next holds the messages its citation names, verbatim (never one it does not).
+    assert [c.marker for c in citations] == [f"[{n}]" for n in range(1, len(citations) + 1)]
+    opened = list(re.finditer(r"^(\[\d+\]) ", result_text, flags=re.M))
+    assert [found.group(1) for found in opened] == [c.marker for c in citations]
+    ends = [found.start() for found in opened[1:]] + [len(result_text)]
+    for citation, found, end in zip(citations, opened, ends, strict=True):
         assert citation.message_ids and citation.session_id.startswith("session-")
+        piece = result_text[found.start() : end]
         for message_id in citation.message_ids:
-            assert contents[message_id] in result_text  # honest: the cited text is there verbatim
-    # Each day of the pieces has one date line, in order; its further pieces are parted by a gap line.
-    days = re.findall(r"^\[\d{1,2} \w+ \d{4}\]$", result_text, flags=re.M)
-    assert days == list(dict.fromkeys(day_header(c.timestamp) for c in citations))
+            assert contents[message_id] in piece  # honest: the cited text is there verbatim
+        assert not [m for m in set(contents) - set(citation.message_ids) if f"{contents[m]}\n" in piece + "\n"]
+    # With day headers each day of the pieces has one date line, in order, before its first piece's marker.
+    dated = re.findall(r"^\[\d{1,2} \w+ \d{4}\]$", result_text, flags=re.M)
+    assert dated == (list(dict.fromkeys(day_header(c.timestamp) for c in citations)) if days else [])
 
 
 def test_context_shape_and_content(service: Epimem, group_id: str) -> None:
@@ -93,17 +105,33 @@ def test_context_of_an_empty_group_is_empty(service: Epimem, group_id: str) -> N
     assert result.text == "" and result.citations == [] and result.tokens == 0
 
 
+MODES = {"days": PackingPolicy(), "titles": PackingPolicy(titles=True), "times": PackingPolicy(day_headers=False)}
+
+
 def test_budget_is_never_exceeded(service: Epimem, group_id: str) -> None:
     contents = fill(service, group_id)
+    builders = {
+        name: ContextBuilder(
+            read_model=service.read_model,
+            embedder=service.embedder,
+            count_wordpieces=service.embedder.count_tokens,
+            policy=policy,
+        )
+        for name, policy in MODES.items()
+    }
 
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    # Every mode, markers included: the running count is the text's count, within the budget.
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(
         budget=st.integers(min_value=16, max_value=1500),
         query=st.sampled_from(["painting", "adoption agency", "running every morning", "meteor shower camping"]),
+        mode=st.sampled_from(sorted(MODES)),
     )
-    def prop(budget: int, query: str) -> None:
-        result = service.context(group_id, ContextQuery(query=query, token_budget=budget))
-        check(result.text, result.citations, result.tokens, budget, contents)
+    def prop(budget: int, query: str, mode: str) -> None:
+        builder = builders[mode]
+        result = builder.build(group_id, ContextQuery(query=query, token_budget=budget))
+        check(result.text, result.citations, result.tokens, budget, contents, days=mode == "days")
+        assert result.tokens == builder.count(result.text)
 
     prop()
 
@@ -145,7 +173,7 @@ def test_a_named_speaker_s_message_comes_first_in_a_tight_budget(service: Epimem
     service.flush(group_id, "s")
     for name in ("Melanie", "Caroline"):
         result = service.context(group_id, f"What did {name} paint?", token_budget=40)
-        turns = [line for line in result.text.splitlines()[2:] if line != "…"]
+        turns = [re.sub(r"^\[\d+\] ", "", line) for line in result.text.splitlines()[2:] if line != "…"]
         assert turns and all(line.startswith(f"{name}:") for line in turns), result.text
 
 
@@ -325,3 +353,27 @@ def test_the_first_mention_can_come_before_its_restatements(service: Epimem, gro
     assert "d0-0" in cited(primacy=1.0)
     # ... but not when the query asks for recent messages
     assert "d0-0" not in cited(query.model_copy(update={"recency_weight": 0.5}), primacy=1.0)
+
+
+def test_the_adapters_cut_the_text_into_its_cited_pieces(service: Epimem, group_id: str) -> None:
+    contents = fill(service, group_id)
+    for name, policy in MODES.items():
+        builder = ContextBuilder(read_model=service.read_model, embedder=service.embedder, policy=policy)
+        result = builder.build(group_id, ContextQuery(query="painting and running", token_budget=400))
+        pieces = context_pieces(ClientContext.model_validate(result.model_dump(mode="json")))
+        assert len(result.citations) >= 3 and [c.marker for _t, c in pieces if c] == [
+            c.marker for c in result.citations
+        ], name
+        for text, citation in pieces:
+            assert citation is not None
+            lines = text.splitlines()
+            # A piece is its day's date line (with day headers), then its lines from its marker on.
+            opening = lines[1] if name == "days" else lines[0]
+            assert opening.startswith(f"{citation.marker} ") and (
+                name != "days" or lines[0] == day_header(citation.timestamp)
+            )
+            assert all(contents[m] in text for m in citation.message_ids)
+            assert citation_metadata(citation)["marker"] == citation.marker
+        # Every message line of the text is in exactly one piece.
+        told = [line for line in result.text.splitlines()[1:] if not re.fullmatch(r"\[\d{1,2} \w+ \d{4}\]", line)]
+        assert [line for text, _c in pieces for line in text.splitlines()[1 if name == "days" else 0 :]] == told

@@ -16,6 +16,7 @@ from retrieval.keyword import KeywordIndex, keyword_index
 from retrieval.message_rows import episode_rows
 from retrieval.policy import ScoringPolicy
 from retrieval.scoring import scored_rows
+from retrieval.search import SCALE_MIDPOINT, scaled
 from retrieval.types import ContextQuery, Order, SearchHit, SearchQuery
 
 T0 = datetime(2023, 3, 1, 12, 0, tzinfo=UTC)
@@ -100,9 +101,18 @@ def test_order_expand_and_recency(service: Epimem, group_id: str) -> None:
     assert recent[0].episode.session_id == "violin"  # the newest wins when recency is all that counts
     factors = {h.episode.session_id: h.components.recency for h in recent}
     assert factors["violin"] > factors["cooking"] > factors["hiking"]
-    unweighted = {h.episode.uuid: h.score for h in plain}  # fused rank + message evidence, recency 1
+    unweighted = {h.episode.uuid: h.components.raw for h in plain}  # fused rank + message evidence, recency 1
     for hit in recent:
-        assert hit.score == pytest.approx(unweighted[hit.episode.uuid] * hit.components.recency)
+        assert hit.components.raw == pytest.approx(unweighted[hit.episode.uuid] * hit.components.recency)
+        assert hit.score == scaled(hit.components.raw)
+
+
+def test_the_score_scale_rises_from_0_to_1() -> None:
+    raws = [-1e6, -50.0, -1.0, 0.0, 1.0, 2.5, SCALE_MIDPOINT, 4.5, 6.0, 50.0, 1e6]
+    scores = [scaled(raw) for raw in raws]
+    assert scores == sorted(scores) and all(0.0 <= score <= 1.0 for score in scores)  # no overflow at either end
+    assert len(set(scores[1:-1])) == len(scores) - 2  # strictly rising where floats can tell
+    assert scaled(SCALE_MIDPOINT) == 0.5
 
 
 def test_near_duplicates_are_removed(service: Epimem, group_id: str) -> None:

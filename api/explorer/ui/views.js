@@ -232,7 +232,8 @@
       h("meter", { min: 0, max, value: Math.min(value, max), "aria-label": name }), h("span", { class: "mono" }, value.toFixed(3)));
     return [h("p", { class: "muted" }, plural(hits.length, "hit")), h("ol", { class: "hits" }, hits.map((hit) => h("li", { class: "card hit" },
       h("div", { class: "hit-head" }, h("a", { href: episodeHref(ctx, group, hit.episode) }, hit.episode.title),
-        h("span", { class: "score", title: "final score" }, hit.score.toFixed(3))),
+        h("span", { class: "score", title: `score from 0 to 1, the same scale for every query (raw ${hit.components.raw.toFixed(3)})` },
+          hit.score.toFixed(3))),
       h("div", { class: "sub" }, `${fmtTime(hit.episode.timestamp)} · ${hit.episode.session_id} · `
         + (hit.pending ? "pending: not in an episode yet" : hit.episode.generation)),
       h("p", {}, hit.episode.content.length > 280 ? hit.episode.content.slice(0, 280) + "…" : hit.episode.content),
@@ -280,14 +281,22 @@
     q.focus();
   }
 
-  /* Split the text into its pieces: a header line, then as many message lines as the citation has ids. */
+  /* Split the text into its pieces. Each opens with its citation's marker ("[1] "): on its first message line,
+     under its day's date line ("[8 May 2023]", before the day's first piece), or on a header line of its own
+     ("[1] [8 May 2023, 13:56 UTC] Title"); then as many message lines as the citation has ids ("…": turns left out). */
   function pieces(text, citations) {
     const lines = text.split("\n").slice(1);
     const out = [];
     let at = 0;
     for (const citation of citations) {
-      const piece = { citation, header: lines[at++], lines: [] };
+      const opens = (line) => Boolean(citation.marker) && line !== undefined && line.startsWith(citation.marker + " ");
+      const piece = { citation, day: null, header: null, lines: [] };
+      if (!opens(lines[at]) && /^\[\d{1,2} \w+ \d{4}\]$/.test(lines[at] ?? "")) piece.day = lines[at++];
+      if (!opens(lines[at])) return null;
+      const opening = lines[at++].slice(citation.marker.length + 1);
       let seen = 0;
+      if (/^\[\d{1,2} \w+ \d{4}, \d{2}:\d{2} UTC\]/.test(opening)) piece.header = opening;
+      else piece.lines.push({ text: opening, message: citation.message_ids[seen++], marked: true });
       while (at < lines.length && seen < citation.message_ids.length) {
         const line = lines[at++];
         piece.lines.push({ text: line, message: line === "…" ? null : citation.message_ids[seen++] });
@@ -306,15 +315,20 @@
     const split = pieces(result.text, result.citations);
     if (!split) return [meter, h("pre", { class: "context" }, result.text)];
     const text = result.text.split("\n")[0];
+    // The marker of each piece links to its episode (the citation of the same marker).
+    const cite = (piece) => h("a", { href: episodeHref(ctx, group, piece.citation), class: "cite",
+      title: `citation ${piece.citation.marker}: episode ${piece.citation.episode_id}` }, piece.citation.marker);
+    const message = (piece, line) => h("a", { class: "ctx-line", href: episodeHref(ctx, group, piece.citation, line.message),
+      "data-message": line.message, title: "message " + line.message }, line.text);
     return [meter, h("div", { class: "context", id: "c-text" }, h("div", { class: "ctx-line muted" }, text),
-      split.map((piece, index) => h("section", { class: "piece", "data-episode": piece.citation.episode_id,
-        "aria-label": `piece ${index + 1}` },
-      h("div", { class: "ctx-line ctx-head" }, h("a", { href: episodeHref(ctx, group, piece.citation), class: "cite" }, `[${index + 1}]`),
-        " ", piece.header),
-      piece.lines.map((line) => line.message
-        ? h("a", { class: "ctx-line", href: episodeHref(ctx, group, piece.citation, line.message), "data-message": line.message,
-          title: "message " + line.message }, line.text)
-        : h("div", { class: "ctx-line muted" }, line.text)))))];
+      split.map((piece) => [
+        piece.day ? h("div", { class: "ctx-line ctx-head ctx-day" }, piece.day) : null,
+        h("section", { class: "piece", "data-episode": piece.citation.episode_id, "data-marker": piece.citation.marker,
+          "aria-label": `piece ${piece.citation.marker}` },
+        piece.header ? h("div", { class: "ctx-line ctx-head" }, cite(piece), " ", piece.header) : null,
+        piece.lines.map((line) => line.marked
+          ? h("div", { class: "ctx-line ctx-marked" }, cite(piece), " ", message(piece, line))
+          : line.message ? message(piece, line) : h("div", { class: "ctx-line muted" }, line.text)))]))];
   }
 
   /* -- lifecycle ----------------------------------------------------------------------------- */

@@ -13,7 +13,8 @@ from epimem_client.models import Citation, ContextResult, Message, MessagePage, 
 # A message's roles (the server's ``Role`` values).
 USER, ASSISTANT, SYSTEM, TOOL = "user", "assistant", "system", "tool"
 
-_PIECE_HEADER = re.compile(r"^\[\d{4}-\d{2}-\d{2}")
+# A day's date line in a context text ("[8 May 2023]"): it comes before the day's first piece.
+_DAY_LINE = re.compile(r"^\[\d{1,2} \w+ \d{4}\]$")
 
 
 class Memory(Protocol):
@@ -57,23 +58,33 @@ def hit_text(hit: SearchHit) -> str:
 
 
 def context_pieces(result: ContextResult) -> list[tuple[str, Citation | None]]:
-    """The context block cut into its cited pieces (one per episode, oldest first). If the text
-    cannot be matched to its citations, one piece with the whole text."""
+    """The context block cut into its cited pieces (one per episode, oldest first), each from the line its
+    marker opens ("[1] ...") to the next piece, under the date line of its day. If the text cannot be matched
+    to its citations, one piece with the whole text."""
+    whole: list[tuple[str, Citation | None]] = [(result.text, None)] if result.text else []
+    citations = result.citations
     blocks: list[list[str]] = []
+    day: list[str] = []
     for line in result.text.splitlines()[1:]:  # the first line is the block's header
-        if _PIECE_HEADER.match(line) or not blocks:
-            blocks.append([line])
-        else:
+        following = citations[len(blocks)] if len(blocks) < len(citations) else None
+        if following is not None and following.marker and line.startswith(f"{following.marker} "):
+            blocks.append([*day, line])
+        elif _DAY_LINE.match(line):
+            day = [line]
+        elif blocks:
             blocks[-1].append(line)
-    if len(blocks) != len(result.citations):
-        return [(result.text, None)] if result.text else []
-    return [("\n".join(block), citation) for block, citation in zip(blocks, result.citations, strict=True)]
+        else:
+            return whole
+    if len(blocks) != len(citations):
+        return whole
+    return [("\n".join(block), citation) for block, citation in zip(blocks, citations, strict=True)]
 
 
 def citation_metadata(citation: Citation | None) -> dict[str, Any]:
     if citation is None:
         return {}
     return {
+        "marker": citation.marker,
         "episode_id": citation.episode_id,
         "session_id": citation.session_id,
         "timestamp": citation.timestamp.isoformat(),

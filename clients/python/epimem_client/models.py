@@ -111,6 +111,8 @@ class ScoreComponents(WireModel):
     keyword: float
     fused: float
     recency: float
+    evidence: float = 0.0  # best score of the episode's messages (before recency)
+    raw: float = 0.0  # the ranking score, unbounded; the hit's ``score`` is it on the fixed 0..1 scale
 
 
 class SearchHit(WireModel):
@@ -129,6 +131,7 @@ class TimelinePage(WireModel):
 
 
 class Citation(WireModel):
+    marker: str = ""  # the marker that opens this piece in the context text: "[1]" for the first citation, ...
     episode_id: str
     session_id: str
     timestamp: datetime

@@ -890,6 +890,12 @@ export interface components {
         BoundaryReason: "time_gap" | "max_size" | "topic_shift" | "flush" | "end_of_session" | "llm" | "idle" | "open";
         /** Citation */
         Citation: {
+            /**
+             * Marker
+             * @description the marker that opens this piece in the context text: '[1]' for the first citation, '[2]' for the second, ... (citation i of the list is marker [i + 1])
+             * @example [1]
+             */
+            marker: string;
             /** Episode Id */
             episode_id: string;
             /** Session Id */
@@ -1925,11 +1931,26 @@ export interface components {
              * @default 1
              */
             recency?: number;
+            /**
+             * Evidence
+             * @description best score of the episode's messages under the message scoring (before recency)
+             * @default 0
+             */
+            evidence?: number;
+            /**
+             * Raw
+             * @description the ranking score, (fused + 2.0 x evidence) x recency: unbounded, comparable within one response only; the hit's `score` is it on the fixed 0..1 scale
+             * @default 0
+             */
+            raw?: number;
         };
         /** SearchHit */
         SearchHit: {
             episode: components["schemas"]["Episode"];
-            /** Score */
+            /**
+             * Score
+             * @description from 0 to 1 on one scale for every query: about the chance that the hit holds what the query asks (fitted on LoCoMo dev); `components.raw` on a fixed rising curve, so the hits keep its order
+             */
             score: number;
             components: components["schemas"]["ScoreComponents"];
             /** Matched Message Ids */
@@ -2006,6 +2027,12 @@ export interface components {
              * @default true
              */
             dedupe?: boolean;
+            /**
+             * Min Score
+             * @description only the hits whose `score` (0..1, one scale for every query) is at least this: 0 keeps every hit, 0.05 drops nearly every hit of a question that memory cannot answer (docs: Retrieval, Scores)
+             * @default 0
+             */
+            min_score?: number;
         };
         /** SessionInfo */
         SessionInfo: {

@@ -41,6 +41,11 @@ describe("calls", () => {
     assert.ok(hits.length >= 1);
     assert.equal(hits[0]!.episode.session_id, "chat-1");
     assert.ok(hits[0]!.score > 0 && typeof hits[0]!.components.vector === "number");
+    // Scores are on one 0..1 scale (the same for every query); min_score keeps the hits scoring at least it.
+    assert.ok(hits.every((hit) => hit.score > 0 && hit.score < 1 && typeof hit.components.raw === "number"));
+    const threshold = hits[0]!.score;
+    const above = await memory.search(group, { query: "Who has a dog?", k: 5, min_score: threshold });
+    assert.deepEqual(above.map((hit) => hit.episode.uuid), hits.filter((hit) => hit.score >= threshold).map((hit) => hit.episode.uuid));
 
     const scoped = await memory.search(group, { query: "Who has a dog?", session_ids: ["chat-2"] });
     assert.ok(scoped.length >= 1 && scoped.every((hit) => hit.episode.session_id === "chat-2"));
@@ -62,6 +67,9 @@ describe("calls", () => {
     assert.match(context.text, /Lake Tahoe/);
     assert.ok(context.tokens <= 200);
     assert.ok(context.citations.some((c) => c.session_id === "chat-1" && c.message_ids.includes("m2")));
+    // Each piece of the text opens with its citation's marker: [1], [2], ... in the order of the citations.
+    assert.deepEqual(context.citations.map((c) => c.marker), context.citations.map((_c, i) => `[${i + 1}]`));
+    assert.deepEqual([...context.text.matchAll(/^(\[\d+\]) /gm)].map((m) => m[1]), context.citations.map((c) => c.marker));
   });
 
   test("timeline pages in time order with the cursor", async () => {

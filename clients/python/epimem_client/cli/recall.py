@@ -59,6 +59,9 @@ def search(
     key: Key = None,
     data_dir: DataDir = None,
     k: Annotated[int, typer.Option("--k", "-k", min=1, max=200, help="how many episodes")] = 5,
+    min_score: Annotated[
+        float, typer.Option("--min-score", min=0.0, max=1.0, help="only hits scoring at least this (0..1)")
+    ] = 0.0,
     session: Session = None,
     time: TimeWords = None,
     speaker: Speakers = None,
@@ -71,6 +74,7 @@ def search(
             group_id,
             query,
             k=k,
+            min_score=min_score,
             session_ids=[session] if session else None,
             time=time,
             order="chronological" if chronological else "relevance",
@@ -162,12 +166,12 @@ def context(
         print_json(result)
         return
     sys.stdout.write(result.text + "\n")
-    # The block's sources (which messages of which episode each dated piece comes from), after the block: stderr,
+    # The block's sources (which messages of which episode each marked piece comes from), after the block: stderr,
     # so that stdout stays the text to paste.
     err.print(f"{result.tokens} tokens, {len(result.citations)} citations" + (":" if result.citations else ""))
-    for number, citation in enumerate(result.citations, start=1):
+    for citation in result.citations:
         err.print(
-            f"  [{number}] {citation.timestamp:%Y-%m-%d %H:%M} {citation.session_id}: "
+            f"  {citation.marker} {citation.timestamp:%Y-%m-%d %H:%M} {citation.session_id}: "
             f"messages {', '.join(citation.message_ids)} (episode {citation.episode_id})"
             + (" (pending)" if citation.pending else ""),
             soft_wrap=True,
