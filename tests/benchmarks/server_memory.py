@@ -12,9 +12,9 @@ at its close removed first: every group is read from Chroma). Over HTTP, every g
 a ``/search`` (k 10) and a ``/context`` (1,000 tokens), each with a question not asked before; after each group the
 server process's resident memory (psutil, its pid) and what its read cache holds (its ``/metrics``:
 ``epimem_read_cache_bytes``, ``_groups``, ``_evictions_total``). Printed per configuration: the memory after the
-start (model loaded) and every ``--every`` groups, then the configurations side by side: the peak, the plateau,
-the cache's bytes and groups, MB per group snapshot, and the memory's growth per group while the cache fills and
-after it is full.
+start (model loaded) and every ``--every`` groups, then the configurations side by side: the peak, the cache's
+bytes and groups, MB per group snapshot, the memory's growth per group read while the cache fills (a least-squares
+slope) and its plateau once the cache holds what it will (median and range of every read after).
 
     python tests/benchmarks/server_memory.py                        # 24 groups x 1,000 messages; 256/32 and 32/4
     python tests/benchmarks/server_memory.py --quick                # 6 groups x 100 messages
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +42,7 @@ from typing import Any
 
 import _common as c
 import httpx
+import numpy as np
 import psutil
 from big_group import questions, remembering_embedder, session_messages, turns
 from prometheus_client.parser import text_string_to_metric_families
@@ -231,21 +233,23 @@ def side_by_side(runs: list[Run], every: int) -> None:
         [f"{run.rows[-1].cache['bytes'] / 2**20:,.1f} / {run.rows[-1].cache['groups']:.0f}" for run in runs],
     )
     add("groups evicted", [f"{run.rows[-1].cache['evictions']:.0f}" for run in runs])
-    per_group, growth, after, plateau = [], [], [], []
+    per_group, growth, plateau = [], [], []
     for run, rows in zip(runs, first, strict=True):
         full = filled_at(run)
         held = rows[full - 1].cache
         per_group.append(f"{held['bytes'] / 2**20 / max(held['groups'], 1):.2f}")
-        # From the first group read (what any first request allocates is not the cache's) to the cache full.
-        growth.append(f"{(rows[full - 1].rss_mb - rows[0].rss_mb) / max(full - 1, 1):.1f} (1-{full})")
-        rest = run.rows[-1].rss_mb - rows[full - 1].rss_mb
-        reads = len(run.rows) - full
-        after.append(f"{rest / reads:+.2f} ({reads} reads)" if reads else "-")
-        plateau.append(f"{rest:+,.0f}")
+        # A least-squares slope: embedded Chroma's loaded indexes come and go (a saw, not a line).
+        filling = rows[:full]
+        slope = np.polyfit([r.groups_read for r in filling], [r.rss_mb for r in filling], 1)[0] if full > 1 else 0
+        growth.append(f"{slope:.1f} (groups 1-{full})")
+        after = sorted(row.rss_mb for row in run.rows[full:])  # every read once the cache holds what it will
+        if after:
+            plateau.append(f"{statistics.median(after):,.0f} ({after[0]:,.0f}-{after[-1]:,.0f})")
+        else:
+            plateau.append("-")
     add("MB per group snapshot (the cache's own)", per_group)
-    add("RSS MB per group while the cache fills", growth)
-    add("RSS MB per group read after it is full", after)
-    add("plateau: the end minus the cache full", plateau)
+    add("RSS MB per group read while the cache fills", growth)
+    add("plateau: RSS once it is full, median (range)", plateau)
     if runs[0].chroma_start_mb is not None:
         add(
             "the Chroma server: at the start / the end",
