@@ -3,7 +3,7 @@
 Request counts and latencies are labelled by route template (``/v1/groups/{group_id}/search``),
 never by concrete ids, so group ids do not leak into metrics and cardinality stays bounded.
 Service figures (episodes, LLM calls and tokens of the generator and the segmenter, fallbacks, open
-partitions, ingest stage timings) are read from one ``ServiceStats`` snapshot at scrape time.
+partitions, the read cache, ingest stage timings) are read from one ``ServiceStats`` snapshot at scrape time.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from api.facade import Epimem
 from memory.llm.stats import LLMCallStats
+from memory.readmodel.model import CacheStats
 
 
 class ServiceCollector(Collector):
@@ -49,6 +50,7 @@ class ServiceCollector(Collector):
             stages.add_metric([stage], seconds)
         yield stages
         yield GaugeMetricFamily("epimem_partitions_open", "Chroma collections held open.", value=stats.open_collections)
+        yield from _read_cache_families(stats.read_cache)
         if stats.formation_queue is not None:
             yield GaugeMetricFamily(
                 "epimem_formation_queue", "Sessions waiting for episode formation.", value=stats.formation_queue
@@ -56,6 +58,23 @@ class ServiceCollector(Collector):
             yield CounterMetricFamily(
                 "epimem_formation_failures", "Background formations that failed.", value=stats.formation_failures
             )
+
+
+def _read_cache_families(cache: CacheStats | None) -> Iterator[Metric]:
+    """This process's read cache against its bounds (EPIMEM_READ_CACHE_MB, EPIMEM_READ_CACHE_GROUPS)."""
+    if cache is None:
+        return
+    gauges = {
+        "bytes": ("Bytes the read snapshots of this process hold (estimated).", cache.bytes),
+        "max_bytes": ("The read cache's bound in bytes (EPIMEM_READ_CACHE_MB).", cache.max_bytes),
+        "groups": ("Groups whose read snapshots this process holds.", cache.groups),
+        "max_groups": ("The read cache's bound in groups (EPIMEM_READ_CACHE_GROUPS).", cache.max_groups),
+    }
+    for name, (help_text, value) in gauges.items():
+        yield GaugeMetricFamily(f"epimem_read_cache_{name}", help_text, value=value)
+    yield CounterMetricFamily(
+        "epimem_read_cache_evictions", "Group snapshots dropped to stay within the bounds.", value=cache.evictions
+    )
 
 
 def _llm_families(components: dict[str, LLMCallStats]) -> Iterator[Metric]:

@@ -78,7 +78,7 @@ def local_app(
 # -- the write and read path ------------------------------------------------------------------------
 
 
-def test_messages_flush_episodes_and_recall(client: TestClient, group_id: str) -> None:
+def test_messages_flush_episodes_and_recall(client: TestClient, service: Epimem, group_id: str) -> None:
     base = f"/v1/groups/{group_id}"
     batch = messages(6)
     first = client.post(f"{base}/sessions/s1/messages", json={"messages": batch})
@@ -152,6 +152,14 @@ def test_messages_flush_episodes_and_recall(client: TestClient, group_id: str) -
     assert created and float(created[0].split()[1]) >= len(episodes)
     assert 'epimem_ingest_stage_seconds_total{stage="embedding"}' in metrics
     assert "epimem_partitions_open " in metrics and "epimem_llm_calls_total" in metrics
+    cache = {
+        name: float(value)
+        for name, value in (line.split() for line in metrics.splitlines() if line.startswith("epimem_read_cache_"))
+    }
+    bounds = service.read_model  # the group searched above holds a snapshot within them
+    assert cache["epimem_read_cache_groups"] >= 1 and cache["epimem_read_cache_bytes"] > 0
+    assert cache["epimem_read_cache_max_bytes"] == bounds.max_bytes > cache["epimem_read_cache_bytes"]
+    assert cache["epimem_read_cache_max_groups"] == bounds.max_groups and "epimem_read_cache_evictions_total" in cache
 
 
 def test_groups_and_sessions(client: TestClient, group_id: str) -> None:

@@ -39,18 +39,24 @@ def rss_mb() -> float:
 
 
 class PeakRss:
-    """Samples resident memory in a thread (every 20 ms) and keeps the peak."""
+    """Samples resident memory in a thread (every 20 ms) and keeps the peak: of this process, or of ``pid``'s."""
 
-    def __init__(self, interval: float = 0.02) -> None:
-        self.peak = rss_mb()
+    def __init__(self, interval: float = 0.02, pid: int | None = None) -> None:
+        self._process = psutil.Process(pid)
+        self.peak = self._rss()
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _rss(self) -> float:
+        return float(self._process.memory_info().rss) / 2**20
+
     def _run(self) -> None:
-        process = psutil.Process()
         while not self._stop.is_set():
-            self.peak = max(self.peak, process.memory_info().rss / 2**20)
+            try:
+                self.peak = max(self.peak, self._rss())
+            except psutil.NoSuchProcess:  # the process measured ended: its peak is the last one seen
+                return
             self._stop.wait(self._interval)
 
     def __enter__(self) -> PeakRss:
@@ -60,7 +66,8 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, rss_mb())
+        if self._process.is_running():
+            self.peak = max(self.peak, self._rss())
 
 
 def percentile(values: list[float], q: float) -> float:

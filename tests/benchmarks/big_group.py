@@ -89,8 +89,8 @@ def remembering_embedder() -> Any:
 
     class Remembering(SentenceTransformerEmbedder):
         def __init__(self) -> None:
+            self._seen: dict[str, Any] = {}  # before the model's start, which encodes a text already
             super().__init__()
-            self._seen: dict[str, Any] = {}
 
         def embed_batch(self, texts: Any) -> Any:
             missing = list(dict.fromkeys(text for text in texts if text not in self._seen))
