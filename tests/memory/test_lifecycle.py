@@ -31,11 +31,14 @@ def test_history_is_event_time_ordered_paged_and_exactly_scoped(service: Epimem,
     service.add_messages(group_id + "-x", "s1", chat("other-group", 2, start=T0))
     expected = [m["id"] for m in early + late]
     assert [m.id for m in service.history(group_id, "s1")] == expected
-    pages = [service.history(group_id, "s1", limit=4, offset=offset) for offset in (0, 4, 8)]
-    assert [[m.id for m in page] for page in pages] == [expected[:4], expected[4:], []]
+    first = service.history(group_id, "s1", limit=4)
+    assert first.next_cursor is not None
+    second = service.history(group_id, "s1", limit=4, cursor=first.next_cursor)
+    assert [[m.id for m in page] for page in (first, second)] == [expected[:4], expected[4:]]
+    assert second.next_cursor is None
     assert [m.id for m in service.history(group_id, "s2")] == ["other-session-0", "other-session-1"]
     assert service.history(group_id, "no-such-session") == []
-    for bad in ({"limit": 0}, {"limit": 100_000}, {"offset": -1}):
+    for bad in ({"limit": 0}, {"limit": 100_000}, {"cursor": "not-a-cursor"}):
         with pytest.raises(InvalidInputError):
             service.history(group_id, "s1", **bad)
     with pytest.raises(InvalidInputError):
