@@ -118,8 +118,8 @@ class Delivery:
         for event_id, document in self._store.pending(subscription.id, BATCH):
             event = ChangeEvent.model_validate_json(document)
             if self._clock() - to_epoch(event.time) > self._max_age:
-                self._store.remove_event(subscription.id, event_id)
                 self._log(subscription, event, "expired", failures=backlog.failures)
+                self._store.remove_event(subscription.id, event_id)
                 backlog.failures = 0
                 continue
             outcome = self._post(subscription, event, document.encode())
@@ -128,8 +128,9 @@ class Delivery:
                 backlog.next_at = self._clock() + self._backoff(backlog.failures)
                 self._attempt(subscription, outcome.model_copy(update={"failures": backlog.failures}))
                 return delivered
-            self._store.remove_event(subscription.id, event_id)
+            # Logged before it leaves the queue: once nothing is pending, the log holds every attempt.
             self._attempt(subscription, outcome.model_copy(update={"failures": backlog.failures}))
+            self._store.remove_event(subscription.id, event_id)
             backlog.failures = 0
             delivered += 1
         return delivered

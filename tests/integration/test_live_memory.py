@@ -130,12 +130,12 @@ def test_pending_messages_travel_through_export_and_import(make_service: Callabl
 def test_a_quiet_session_closes_by_itself(make_service: Callable[..., Epimem], group_id: str) -> None:
     """By arrival time: the messages are from 2023, yet the session stays open until none has arrived
     for the idle time, and a formation triggered meanwhile (recover) leaves it open."""
-    # 10 s: long enough that the add and the recover below finish inside it on a loaded machine
     service = make_service(background=True, episode_idle_seconds=10.0)
     started = time.monotonic()
     service.add_messages(group_id, "chat-1", turns(REX))
     service.recover()
-    assert service.pending_messages(group_id, "chat-1") == 2
+    # Still open, unless the add and the recover took the whole idle time (a very loaded machine).
+    assert service.pending_messages(group_id, "chat-1") == 2 or time.monotonic() - started >= 9.9
     wait_for(lambda: service.pending_messages(group_id, "chat-1") == 0, what="the idle session to be formed")
     assert time.monotonic() - started >= 9.9  # not before it went quiet (10 s after the messages arrived)
     page = service.timeline(group_id).episodes
