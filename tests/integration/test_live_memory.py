@@ -147,13 +147,17 @@ def test_a_quiet_session_closes_by_itself(make_service: Callable[..., Epimem], g
 
 
 def test_a_session_keeps_open_while_messages_keep_arriving(make_service: Callable[..., Epimem], group_id: str) -> None:
-    # 15 s: far more than an add and a read take between two adds, even on a loaded machine
     service = make_service(background=True, episode_idle_seconds=15.0)
     lines = REX + POTTERY
+    previous_add = time.monotonic()
     for number, line in enumerate(lines):
+        this_add = time.monotonic()
         service.add_messages(group_id, "chat-1", turns([line], prefix=f"m{number}-"))
         page = service.timeline(group_id)
-        assert page.pending == [e.uuid for e in page.episodes]  # nothing formed: one open episode
+        # Nothing formed (one open episode), unless a loaded machine paused for the idle time between two arrivals.
+        if time.monotonic() - previous_add < 15.0:
+            assert page.pending == [e.uuid for e in page.episodes]
+        previous_add = this_add
     wait_for(lambda: service.pending_messages(group_id, "chat-1") == 0, what="the session to close")
     formed = service.timeline(group_id).episodes
     assert sum(e.message_count for e in formed) == len(lines) and formed[-1].boundary_reason.value == "idle"
