@@ -27,7 +27,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
 
 from helpers import cloud_profile  # noqa: E402
 from helpers.servers import AppServer, ChromaServer  # noqa: E402
-from helpers.token_proxy import ChromaDeployment  # noqa: E402
+from helpers.token_proxy import TEST_DATABASE, ChromaDeployment  # noqa: E402
 
 from api.facade import Epimem  # noqa: E402
 from api.settings import Settings  # noqa: E402
@@ -208,13 +208,16 @@ def chroma_deployment(
 
 @pytest.fixture
 def settings_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Settings]:
-    """Settings for the backend under test; each test gets its own data folder."""
+    """Settings for the backend under test; each test gets its own data folder, and on the server backend its
+    own Chroma database (epimem creates it): what a server's start walks (every group of its database, for the
+    recovery) is the test's own, not every group the tests before it wrote."""
+    database = f"{TEST_DATABASE}-{uuid.uuid4().hex[:12]}"
 
     def make(**overrides: object) -> Settings:
         values: dict[str, object] = {"data_dir": tmp_path / "data"}
         if backend == "server":
             deployment: ChromaDeployment = request.getfixturevalue("chroma_deployment")
-            values.update(deployment.settings())
+            values.update(deployment.settings(chroma_database=database))
         values.update(overrides)
         return Settings(**values)  # type: ignore[arg-type]
 

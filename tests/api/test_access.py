@@ -61,6 +61,7 @@ def test_rate_buckets_hold_a_second_of_their_rate_and_take_from_all_or_none() ->
     assert rates.take([(("key", "slow"), 0.5)]) is None and rates.take([(("key", "slow"), 0.5)]) is not None
 
 
+@pytest.mark.slow
 def test_shared_counters_sum_every_process_and_survive_a_recount(
     chroma_server: ChromaServer, tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:

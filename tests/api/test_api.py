@@ -212,6 +212,7 @@ def test_delete_message_and_episode(client: TestClient, group_id: str) -> None:
     assert_error(client.delete(f"{base}/episodes/{current['uuid']}"), 404, "not_found")
 
 
+@pytest.mark.slow
 def test_export_import_and_summaries(client: TestClient, group_id: str) -> None:
     base = f"/v1/groups/{group_id}"
     client.post(f"{base}/sessions/s1/messages", json={"messages": messages(6)})

@@ -57,6 +57,7 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+@pytest.mark.slow
 def test_whoami_names_role_and_patterns_never_the_key(keyed: TestClient) -> None:
     assert keyed.get("/v1/auth/whoami").status_code == 401
     assert keyed.get("/v1/auth/whoami", headers=auth("wrong-key-0123456789")).status_code == 401

@@ -68,6 +68,7 @@ def run(embedder: SentenceTransformerEmbedder, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_import_is_idempotent_and_everything_reads_back(
     tmp_path: Path, embedder: SentenceTransformerEmbedder, where: list[str]
 ) -> None:
@@ -218,6 +219,7 @@ def test_epimem_serve_answers_http(tmp_path: Path) -> None:
 MELANIE = {"D1:2", "D1:4", "D2:1", "D2:3"}  # the ids of Melanie's turns in locomo_file
 
 
+@pytest.mark.slow
 def test_correct_revisions_redact_audit_and_speaker_filters(
     tmp_path: Path, embedder: SentenceTransformerEmbedder, where: list[str]
 ) -> None:

@@ -33,6 +33,7 @@ def keys(url: str, *args: str, key: str | None = ROOT, code: int = 0) -> str:
     return result.output
 
 
+@pytest.mark.slow
 def test_keys_from_the_command_line(url: str, group_id: str) -> None:
     made = json.loads(keys(url, "create", f"bot-{group_id}", "-g", group_id, "--role", "write", "--json"))
     secret = made["key"]

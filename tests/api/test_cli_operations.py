@@ -59,6 +59,7 @@ def running(
         service.close()
 
 
+@pytest.mark.slow
 def test_retention_from_the_command_line_on_a_running_epimem(running: Any, group_id: str) -> None:
     server, service = running
     remote = ("--url", server.url, "--key", GROUP_ADMIN)
@@ -102,6 +103,7 @@ def test_retention_from_the_command_line_on_a_running_epimem(running: Any, group
     assert receipt.dry_run and sorted(receipt.messages) == ["s2-0", "s2-1"]  # the group's policy covers s2 now
 
 
+@pytest.mark.slow
 def test_webhooks_from_the_command_line_on_a_running_epimem(running: Any, group_id: str) -> None:
     server, _ = running
     root = ("--url", server.url, "--key", ROOT)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers.builders import messages
 from helpers.paths import BIN
 from helpers.processes import clean_env
@@ -67,6 +68,7 @@ def test_every_error_has_one_format(tmp_path: Path, embedder: SentenceTransforme
     assert locked.exit_code == 1 and locked.stderr.startswith("error (data_folder_locked): "), locked.stderr
 
 
+@pytest.mark.slow
 def test_a_plain_command_prints_no_loading_bar_or_debug_lines(
     tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:

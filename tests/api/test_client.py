@@ -33,6 +33,7 @@ from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import ConflictError, InvalidInputError, NotFoundError
 
 
+@pytest.mark.slow
 def test_sync_client_mirrors_the_facade(service: Epimem, serve: Callable[..., AppServer], group_id: str) -> None:
     with EpimemClient(serve(service).url) as memory:
         assert memory.ready()

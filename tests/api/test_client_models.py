@@ -50,6 +50,7 @@ def fields(schema: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any
     return {name: shape(value, definitions) for name, value in schema["properties"].items()}
 
 
+@pytest.mark.slow
 def test_every_response_model_of_the_client_exists_on_the_server(server_schemas: dict[str, Any]) -> None:
     assert len(WIRE_MODELS) >= 17
     missing = [cls.__name__ for cls in WIRE_MODELS if cls.__name__ not in server_schemas]

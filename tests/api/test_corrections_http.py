@@ -58,6 +58,7 @@ def _error(response: httpx.Response, status: int) -> str:
     return str(response.json()["error"]["code"])
 
 
+@pytest.mark.slow
 def test_correct_redact_and_audit_over_http(api: Callable[..., httpx.Response], group_id: str) -> None:
     secret, fresh = f"zq{uuid.uuid4().hex[:10]}", f"zq{uuid.uuid4().hex[:10]}"
     episode_id = _seed(api, group_id, secret)
@@ -127,6 +128,7 @@ def test_correct_redact_and_audit_over_http(api: Callable[..., httpx.Response], 
     assert _error(api("GET", "/groups/no-such-group-x/audit", "admin"), 404) == "not_found"
 
 
+@pytest.mark.slow
 def test_filters_over_http(api: Callable[..., httpx.Response], group_id: str) -> None:
     _seed(api, group_id, "4411")
     search = f"/groups/{group_id}/search"

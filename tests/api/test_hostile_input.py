@@ -232,6 +232,7 @@ _MESSAGE_FIELDS = ["id", "content", "timestamp", "role", "producer_id", "produce
 _READ_FIELDS = ["query", "time", "reference_time", "start", "end", "k", "timezone", "session_ids", "order"]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     message_field=st.sampled_from(_MESSAGE_FIELDS),
@@ -421,6 +422,7 @@ def test_any_mcp_tool_argument_is_never_a_server_error(
         assert len(text) < 2000  # one sentence, not the input echoed back
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(line_index=st.integers(min_value=0, max_value=50), key_index=st.integers(min_value=0, max_value=50), value=_ANY)
 def test_any_import_body_is_never_a_server_error(

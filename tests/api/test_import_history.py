@@ -122,6 +122,7 @@ def seeded(service: Epimem, *, corrected: bool = False) -> tuple[str, str]:
 # -- who may import what -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_write_key_imports_a_conversation_that_epimem_forms(served: Served) -> None:
     source, _ = seeded(served.service)
     target = group()
@@ -139,6 +140,7 @@ def test_a_write_key_imports_a_conversation_that_epimem_forms(served: Served) ->
     assert ("import", "writer") in {(e.action.value, e.actor) for e in entries}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["episode", "summary", "revision", "embedding"])
 @pytest.mark.parametrize("key", [WRITER, SCOPED])
 def test_what_epimem_made_is_a_restore_for_an_admin_of_every_group(served: Served, kind: str, key: str) -> None:
@@ -160,6 +162,7 @@ def test_what_epimem_made_is_a_restore_for_an_admin_of_every_group(served: Serve
     assert restored.status_code == 200, restored.text
 
 
+@pytest.mark.slow
 def test_an_admin_restore_of_a_whole_export_is_the_group_again(served: Served) -> None:
     source, first = seeded(served.service, corrected=True)
     target = group()
@@ -178,6 +181,7 @@ def test_an_admin_restore_of_a_whole_export_is_the_group_again(served: Served) -
 # -- (a) revisions -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forgery", ["resigned", "added", "rewritten"])
 def test_a_an_episode_history_cannot_be_rewritten(served: Served, forgery: str) -> None:
     source, first = seeded(served.service, corrected=True)
@@ -273,6 +277,7 @@ def test_d_an_invented_episode_citing_real_messages_is_refused(served: Served) -
 # -- (e) what a delete or a redaction erased -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_e_an_older_export_never_brings_back_erased_text(served: Served, backend: str) -> None:
     service = served.service
     group_id = group()

@@ -85,6 +85,7 @@ def test_a_key_made_over_http_works_at_once_and_is_listed_without_its_secret(api
     assert api("GET", f"/v1/keys/{key_id}").json()["name"] == f"support-bot-{group_id}"
 
 
+@pytest.mark.slow
 def test_revoked_and_rotated_secrets_are_refused_at_once(api: Api, group_id: str) -> None:
     made = api("POST", "/v1/keys", json={"name": f"rotating-{group_id}", "groups": [group_id], "role": "write"}).json()
     old = made["key"]
@@ -107,6 +108,7 @@ def test_revoked_and_rotated_secrets_are_refused_at_once(api: Api, group_id: str
     assert again.status_code == 201  # the name is free again once its key is revoked
 
 
+@pytest.mark.slow
 def test_the_audit_trail_names_the_key_and_expiry_refuses_it(server: Any, api: Api, group_id: str) -> None:
     soon = (utc_now() + timedelta(days=1)).isoformat()
     made = api(
@@ -230,6 +232,7 @@ def test_no_byte_of_a_secret_is_stored_or_logged(
     assert secret not in logged and rotated not in logged and ROOT_KEY not in logged
 
 
+@pytest.mark.slow
 def test_the_keys_file_seeds_the_store_and_the_store_outlives_it(
     make_service: Callable[..., Epimem], tmp_path: Path, group_id: str
 ) -> None:

@@ -89,6 +89,7 @@ def test_requests_per_second_per_key_and_group(server: Any, api: Api, group_id: 
     assert api("GET", f"/v1/groups/{group_id}-b/sessions", other).status_code == 200  # another group is unaffected
 
 
+@pytest.mark.slow
 def test_messages_per_day_per_key_and_group(api: Api, group_id: str) -> None:
     key_id, limited = _key(api, f"daily-{group_id}", ["*"], messages_per_day=5)
     _, other = _key(api, f"free-{group_id}", ["*"])
@@ -114,6 +115,7 @@ def test_messages_per_day_per_key_and_group(api: Api, group_id: str) -> None:
     assert rows[("key", key_id)] == 5 and rows[("group", limited_group)] == 2 and rows[("group", group_id)] == 8
 
 
+@pytest.mark.slow
 def test_stored_characters_are_recounted_after_a_deletion(api: Api, group_id: str) -> None:
     assert _add(api, ROOT, group_id, ["old"], size=30, session="before").status_code == 200  # before any limit
     assert api("PUT", f"/v1/groups/{group_id}/limits", json={"stored_chars": 100}).status_code == 200
@@ -155,6 +157,7 @@ def test_limits_and_use_are_in_metrics(api: Api, group_id: str) -> None:
     assert group_id not in text  # group ids never become labels
 
 
+@pytest.mark.slow
 def test_bad_limits_are_refused(api: Api, group_id: str) -> None:
     key_id, _ = _key(api, f"tuned-{group_id}", ["*"])
     for body in (
@@ -218,6 +221,7 @@ def test_the_same_limits_on_mcp(server: Any, api: Api, group_id: str) -> None:
     assert refused.startswith("too_many_requests:") and "requests_per_second" in refused
 
 
+@pytest.mark.slow
 def test_an_import_counts_as_an_add(api: Api, group_id: str) -> None:
     """Messages that a write key imports count against its messages_per_day: the limit reached by an import,
     an add is refused; a re-import adds (and counts) nothing; an import over the limit writes nothing."""

@@ -145,6 +145,7 @@ def test_the_client_raises_its_own_error_when_the_server_is_down() -> None:
     assert raised.value.code == "server_unreachable"
 
 
+@pytest.mark.slow
 def test_stdio_over_a_server_that_is_down_says_why_in_one_line(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     command, prefix = epimem_command()
@@ -171,6 +172,7 @@ def test_stdio_over_a_server_that_is_down_says_why_in_one_line(tmp_path: Path) -
     assert "warning" in lines[0] and all(line.startswith("epimem mcp: ") for line in lines)
 
 
+@pytest.mark.slow
 def test_stdio_on_a_locked_folder_fails_with_one_line(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> None:
     folder = tmp_path / "data"
     holder = Epimem.from_settings(Settings(data_dir=folder), background=False, embedder=embedder)
@@ -192,6 +194,7 @@ def test_stdio_on_a_locked_folder_fails_with_one_line(tmp_path: Path, embedder: 
     assert len(lines) == 1 and lines[0].startswith("epimem mcp: ") and "Traceback" not in run.stderr, run.stderr
 
 
+@pytest.mark.slow
 def test_mcp_without_the_extra_answers_501_naming_it(tmp_path: Path) -> None:
     code = (
         "import sys\n"

@@ -80,6 +80,7 @@ def history(server: AppServer, session: str) -> list[dict[str, Any]]:
     return list(response.json()["messages"])
 
 
+@pytest.mark.slow
 def test_mcp_changes_are_signed_by_the_key_in_the_audit_trail(server: AppServer) -> None:
     said = [
         {"id": "a1", "content": "Ana booked the cabin by the lake.", "producer_id": "ana"},

@@ -28,6 +28,7 @@ def client(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransform
     service.close()
 
 
+@pytest.mark.slow
 def test_the_default_caps_take_the_longest_message_escaped_as_it_may_be(client: TestClient) -> None:
     assert CAP >= 400_000  # the longest BEAM message is 348,853 characters
     content = 'a "quoted" é\n' + "🦊🚀" * ((CAP - 16) // 2) + "end"

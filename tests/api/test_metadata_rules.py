@@ -101,6 +101,7 @@ def test_a_reserved_key_is_refused_by_name_on_every_surface(server: AppServer, k
     assert server.service.history(group, "s") == [] and not server.service.group_exists(group)
 
 
+@pytest.mark.slow
 def test_metadata_is_bounded_like_content(server: AppServer, group_id: str) -> None:
     group = group_id
     found = refusals(server, {"note": "x" * MAX_METADATA_BYTES}, group)

@@ -61,6 +61,7 @@ def view(service: Epimem, group_id: str) -> Any:
     )
 
 
+@pytest.mark.slow
 def test_retention_over_http(served: tuple[AppServer, Epimem, Settings]) -> None:
     server, service, _ = served
     with httpx.Client(base_url=server.url) as http:
@@ -92,6 +93,7 @@ def test_retention_over_http(served: tuple[AppServer, Epimem, Settings]) -> None
         assert cleared.json() == {"cleared": True}
 
 
+@pytest.mark.slow
 def test_webhooks_over_http(served: tuple[AppServer, Epimem, Settings]) -> None:
     server, _, _ = served
     body = {"url": "http://127.0.0.1:9/hook", "secret": "whsec-0123456789abcdef", "groups": ["team-a"]}
@@ -114,6 +116,7 @@ def test_webhooks_over_http(served: tuple[AppServer, Epimem, Settings]) -> None:
         assert http.delete("/v1/webhooks/not-hex!", headers=auth("admin-all")).status_code == 422
 
 
+@pytest.mark.slow
 def test_backup_and_restore_over_http_and_the_command_line(
     served: tuple[AppServer, Epimem, Settings], tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
@@ -174,6 +177,7 @@ def test_backup_and_restore_over_http_and_the_command_line(
         other.close()
 
 
+@pytest.mark.slow
 def test_a_sweeps_receipt_in_the_audit_trail_names_what_it_erased(
     settings_for: Callable[..., Settings],
     embedder: SentenceTransformerEmbedder,

@@ -45,6 +45,7 @@ def walk(fetch: Callable[[str | None], tuple[list[Any], str | None]]) -> list[An
     raise AssertionError("the listing never ended")
 
 
+@pytest.mark.slow
 def test_a_long_history_pages_every_message_once_in_order(service: Epimem, client: TestClient, group_id: str) -> None:
     # Timestamps out of arrival order, and pairs with the same time: the order is time, then arrival.
     batch = messages(HISTORY, gap=timedelta(seconds=30))
@@ -86,6 +87,7 @@ def test_a_message_added_between_pages_is_neither_repeated_nor_skipped(service: 
     assert [m.id for m in rest] == ["m3", "m4", "late", "m5"] and rest.next_cursor is None
 
 
+@pytest.mark.slow
 def test_many_groups_and_sessions_page_every_item_once_in_order(service: Epimem, group_id: str, tmp_path: Path) -> None:
     ours = [f"{group_id}-{n:02d}" for n in range(GROUPS)]
     for group in ours:

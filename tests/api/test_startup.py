@@ -106,6 +106,7 @@ def test_one_process_per_embedded_folder(running_server: tuple[ServerProcess, Pa
     assert json.loads(freed.stdout)["groups"] == []
 
 
+@pytest.mark.slow
 def test_the_lock_is_shared_inside_a_process_and_released_by_the_last_close(
     tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
@@ -142,6 +143,7 @@ def test_commands_that_need_no_model_do_not_load_it(tmp_path: Path, embedder: Se
     assert "loading the embedding model" in searched.stderr  # and says so
 
 
+@pytest.mark.slow
 def test_commands_that_need_no_model_import_neither_model_nor_web_server(tmp_path: Path) -> None:
     """What makes ``stats`` fast: torch, sentence-transformers and uvicorn are never imported."""
     probe = (

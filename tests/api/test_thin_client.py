@@ -99,6 +99,7 @@ def test_command_line_with_the_server_runs_typer() -> None:
     assert "mcp" in result.stdout and "serve" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_adapters_old_import_paths_are_the_thin_clients() -> None:
     code = (
         "import sys\n"

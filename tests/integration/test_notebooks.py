@@ -191,6 +191,7 @@ def test_project_2d_finds_the_main_directions() -> None:
         project_2d(np.ones(3))
 
 
+@pytest.mark.slow
 def test_episodes_rows_and_vectors_come_from_the_store(
     service: Epimem, group_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

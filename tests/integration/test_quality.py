@@ -13,7 +13,7 @@ from helpers.paths import BIN, ROOT
     [
         [str(BIN / "ruff"), "check", "."],
         [str(BIN / "ruff"), "format", "--check", "."],
-        [str(BIN / "mypy")],
+        pytest.param([str(BIN / "mypy")], marks=pytest.mark.slow),  # a minute on 2 cores: the whole command
         [str(BIN / "lint-imports")],
     ],
     ids=["ruff", "ruff-format", "mypy", "import-layers"],

@@ -65,6 +65,7 @@ def ingested(
         service.close()
 
 
+@pytest.mark.slow
 def test_locomo_short(ingested: tuple[Epimem, locomo.Sample]) -> None:
     service, sample = ingested
     assert len(sample.locomo.questions) >= 10
@@ -78,6 +79,7 @@ def test_locomo_short(ingested: tuple[Epimem, locomo.Sample]) -> None:
     assert "| epimem |" in table
 
 
+@pytest.mark.slow
 def test_search_scores_keep_the_ranking_and_min_score_cuts_the_tail(ingested: tuple[Epimem, locomo.Sample]) -> None:
     service, sample = ingested
     group = sample.sample_id

@@ -68,6 +68,7 @@ def pair(
         service.close()
 
 
+@pytest.mark.slow
 def test_keys_made_revoked_and_rotated_on_one_server_count_on_the_other(
     pair: tuple[AppServer, AppServer], group_id: str
 ) -> None:
@@ -88,6 +89,7 @@ def test_keys_made_revoked_and_rotated_on_one_server_count_on_the_other(
     assert {k["id"]: k for k in call(b, "GET", "/v1/keys").json()["keys"]}[key_id]["status"] == "revoked"
 
 
+@pytest.mark.slow
 def test_daily_messages_and_stored_characters_are_counted_across_servers(
     pair: tuple[AppServer, AppServer], group_id: str
 ) -> None:

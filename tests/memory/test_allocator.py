@@ -80,6 +80,7 @@ def probe(how: str, folder: Path) -> dict[str, int]:
     return {key: int(value) for key, value in (line.split() for line in done.stdout.splitlines())}
 
 
+@pytest.mark.slow
 def test_an_embedded_store_process_zeroes_fresh_blocks_and_bounds_its_arenas(tmp_path: Path) -> None:
     plain = probe("plain", tmp_path / "plain")
     opened = probe("open", tmp_path / "opened")

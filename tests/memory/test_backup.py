@@ -101,6 +101,7 @@ class Writer(threading.Thread):
             time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_backup_while_writing_restores_every_read_of_its_moment(
     make_service: Callable[..., Epimem], embedder: object, tmp_path: Path, group_id: str
 ) -> None:
@@ -164,6 +165,7 @@ def _rewrite(file: Path, lines: list[bytes]) -> None:
         stream.write(body + json.dumps(end).encode() + b"\n")
 
 
+@pytest.mark.slow
 def test_what_was_erased_is_not_in_the_backup_and_restores_are_checked(
     make_service: Callable[..., Epimem], embedder: object, tmp_path: Path, group_id: str
 ) -> None:

@@ -115,6 +115,7 @@ def brute_force(gains: Sequence[float], min_size: int, max_size: int) -> float:
     return best
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(
     gains=st.lists(st.floats(-3, 3, allow_nan=False), min_size=0, max_size=11),

@@ -34,6 +34,7 @@ def _episode_of(service: Epimem, group_id: str, session_id: str, message_id: str
     return None
 
 
+@pytest.mark.slow
 def test_delete_message_repairs_its_episode_and_summary(service: Epimem, group_id: str) -> None:
     marker = _marker()
     secret = f"secret-{marker}"
@@ -87,6 +88,7 @@ def test_deleting_the_last_messages_removes_episode_and_summary(service: Epimem,
     assert scan_client(every_client(service), [episode.uuid, summary.uuid], local=local, group_id=group_id) == []
 
 
+@pytest.mark.slow
 def test_delete_episode_and_summary(service: Epimem, group_id: str) -> None:
     marker = _marker()
     two_episode_session(service, group_id, "s1", day=0, marker=marker)
@@ -116,6 +118,7 @@ def test_delete_episode_and_summary(service: Epimem, group_id: str) -> None:
     assert scan_client(every_client(service), [summary.uuid]) == []
 
 
+@pytest.mark.slow
 def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_id: str) -> None:
     marker_s1, marker_s2 = _marker(), _marker()
     two_episode_session(service, group_id, "s1", day=0, marker=marker_s1)
@@ -150,6 +153,7 @@ def test_delete_session_and_group_leave_nothing_anywhere(service: Epimem, group_
     assert again.collections == [] and again.vectors == 0 and again.log_records == 0
 
 
+@pytest.mark.slow
 def test_group_delete_under_concurrent_writes(service: Epimem, group_id: str) -> None:
     """The rule: a message acknowledged before delete_group was called is gone; a message whose add
     started after it returned is kept; an add that overlaps the delete is wholly gone or wholly kept,

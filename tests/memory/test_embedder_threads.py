@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
@@ -37,6 +38,7 @@ def test_counts_are_the_tokenizers_wordpieces_without_truncation(embedder: Sente
     assert embedder.count_tokens(TEXTS[-1]) > embedder.max_tokens  # never cut at the model's window
 
 
+@pytest.mark.slow
 def test_counting_and_embedding_in_threads_give_the_serial_results(embedder: SentenceTransformerEmbedder) -> None:
     batches = [TEXTS[i % 5 : i % 5 + 1 + i % 4] for i in range(12)]
     expected_vectors = [embedder.embed_batch(batch) for batch in batches]

@@ -39,6 +39,7 @@ def _state(service: Epimem, group_id: str) -> dict:
     return {"history": history, "episodes": episodes, "vectors": service.vector_count(group_id)}
 
 
+@pytest.mark.slow
 def test_export_import_restores_identical_search(service: Epimem, make_service, tmp_path, group_id: str) -> None:
     _fill(service, group_id)
     lines = list(service.export_group(group_id, include_embeddings=True))
@@ -69,6 +70,7 @@ def test_export_import_restores_identical_search(service: Epimem, make_service, 
     assert {s.state for s in target.memory.store.log.list_messages(restored, "s2")} == {MessageState.DONE}
 
 
+@pytest.mark.slow
 def test_import_with_another_model_reembeds(service: Epimem, group_id: str) -> None:
     _fill(service, group_id)
     lines = [json.loads(line) for line in service.export_group(group_id, include_embeddings=True)]

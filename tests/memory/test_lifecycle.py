@@ -209,6 +209,7 @@ class _CountingCollection:
         return write
 
 
+@pytest.mark.slow
 def test_a_failed_summary_run_leaves_no_summary_and_no_marker(make_service, group_id: str, monkeypatch) -> None:
     """The real store, whose Nth collection write (while armed) raises once, at every N in turn. (Thread
     locks for formation, so that only the summary run's own writes are counted, not lease records.)"""
@@ -276,6 +277,7 @@ def _journal(summary: Episode) -> str:
 # -- model change ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_another_model_is_refused_until_reembed(service: Epimem, settings_for, embedder, group_id: str) -> None:
     other_group = group_id + "-untouched"
     for group in (group_id, other_group):

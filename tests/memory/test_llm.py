@@ -361,6 +361,7 @@ def test_threshold_formation_uses_the_llm_in_the_background(
     assert any(is_segmentation(r) for r in llm_server.requests)
 
 
+@pytest.mark.slow
 def test_an_idle_session_is_formed_by_the_llm_and_adds_never_wait_for_it(make_service, group_id: str) -> None:
     """With a slow LLM: the add answers long before the LLM would, the messages are recalled at once, and the
     idle timer forms the session's episodes through the LLM in the background."""

@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from helpers.builders import T0, chat
 from helpers.checks import every_client, scan_client
 
@@ -37,6 +38,7 @@ def pieces_in_log(service: Epimem, group_id: str) -> list[dict[str, Any]]:
     return [dict(m or {}) for m in found["metadatas"] or []]
 
 
+@pytest.mark.slow
 def test_a_long_message_is_stored_whole_and_verbatim(make_service, group_id: str) -> None:
     service = make_service()
     marker = f"zq{uuid.uuid4().hex[:10]}"
@@ -70,6 +72,7 @@ def test_a_long_message_is_stored_whole_and_verbatim(make_service, group_id: str
     assert any(h.episode.content == corrected.content for h in service.search(group_id, "long again fox", k=3))
 
 
+@pytest.mark.slow
 def test_deleting_or_redacting_a_long_message_takes_its_pieces(make_service, group_id: str) -> None:
     service = make_service()
     doomed, redacted = f"zqd{uuid.uuid4().hex[:10]}", f"zqr{uuid.uuid4().hex[:10]}"
@@ -91,6 +94,7 @@ def test_deleting_or_redacting_a_long_message_takes_its_pieces(make_service, gro
     ]
 
 
+@pytest.mark.slow
 def test_a_session_or_group_deleted_takes_its_pieces(make_service, group_id: str) -> None:
     service = make_service()
     kept, gone = f"zqk{uuid.uuid4().hex[:10]}", f"zqg{uuid.uuid4().hex[:10]}"
@@ -162,6 +166,7 @@ def test_an_add_that_loses_to_another_writer_leaves_no_pieces(make_service, grou
     assert first in message.content
 
 
+@pytest.mark.slow
 def test_a_long_message_with_others_in_one_batch_and_after_a_restart(make_service, group_id: str) -> None:
     service = make_service()
     lines = chat("b", 12, start=T0)

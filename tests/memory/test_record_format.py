@@ -106,6 +106,7 @@ def _filled(service: Epimem) -> str:
     return group_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", FORMATS)
 def test_a_folder_in_an_earlier_record_format_reads_the_same(make_service: Callable[..., Epimem], layout: str) -> None:
     service = make_service()

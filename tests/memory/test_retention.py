@@ -46,6 +46,7 @@ def _view(service: Epimem, group_id: str) -> tuple:
     return timeline, history
 
 
+@pytest.mark.slow
 def test_a_sweep_erases_what_is_past_the_policy_and_repairs_the_rest(service: Epimem, group_id: str) -> None:
     marker = f"zq{uuid.uuid4().hex[:10]}"
     ids = _seed(service, group_id, marker)
@@ -153,6 +154,7 @@ def test_the_background_sweep(make_service: Callable[..., Epimem], group_id: str
     assert service.history(group_id, "s1") == []
 
 
+@pytest.mark.slow
 def test_a_sweep_leaves_no_byte_in_the_data_folder(tmp_path: Path, embedder: object, group_id: str) -> None:
     """Embedded Chroma: after a sweep (and with the service stopped) no file holds the expired text."""
     marker = f"zq{uuid.uuid4().hex[:10]}"

@@ -193,6 +193,7 @@ def test_unambiguous_answers_are_repaired() -> None:
         parse_segmentation({"episodes": [{"indices": [True, 2]}]}, 2)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     groups=st.lists(st.lists(st.integers(-1, 25), max_size=8), max_size=6),

@@ -136,6 +136,7 @@ class SlowLLM:
         return reply
 
 
+@pytest.mark.slow
 def test_formation_plans_sessions_in_parallel_with_an_llm(make_service: Callable[..., Epimem], group_id: str) -> None:
     slow = SlowLLM(0.3)
     with slow.server as server:
@@ -148,6 +149,7 @@ def test_formation_plans_sessions_in_parallel_with_an_llm(make_service: Callable
         assert 2 <= server.max_in_flight <= 4
 
 
+@pytest.mark.slow
 def test_acknowledging_messages_never_waits_for_the_llm(make_service: Callable[..., Epimem], group_id: str) -> None:
     slow = SlowLLM(3.0)
     with slow.server as server:

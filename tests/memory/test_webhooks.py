@@ -55,6 +55,7 @@ def _by_session(events: list[dict]) -> dict[str | None, list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_change_arrives_signed_in_order_with_ids_not_content(
     make_service: Callable[..., Epimem], group_id: str
 ) -> None:
@@ -135,6 +136,7 @@ def test_every_change_arrives_signed_in_order_with_ids_not_content(
         assert "secret" not in log.subscription
 
 
+@pytest.mark.slow
 def test_a_receiver_down_for_an_hour_loses_nothing(make_service: Callable[..., Epimem], group_id: str) -> None:
     """No worker here (background off): the test drives the delivery with its own clock."""
     service = make_service(webhook_allow_hosts=ALLOW)

@@ -115,6 +115,7 @@ def add_two_speakers(service: Epimem, group_id: str) -> None:
             service.flush(group_id, session_id)
 
 
+@pytest.mark.slow
 def test_group_metadata_names_a_speaker_for_context_and_search(service: Epimem, group_id: str) -> None:
     add_two_speakers(service, group_id)
     assert speaker_names(service.read_model.reader(group_id)).get("u1", set()) == set()
@@ -134,6 +135,7 @@ def test_group_metadata_names_a_speaker_for_context_and_search(service: Epimem, 
     assert hits[0].components.fused > 0  # the response keeps its shape
 
 
+@pytest.mark.slow
 def test_session_metadata_names_count_for_the_group(service: Epimem, group_id: str) -> None:
     add_two_speakers(service, group_id)
     service.put_session(

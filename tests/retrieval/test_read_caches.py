@@ -99,6 +99,7 @@ def test_new_messages_are_seen_at_once(service: Epimem, group_id: str) -> None:
     assert service.stats().read_cache.builds == builds + 1
 
 
+@pytest.mark.slow
 def test_deleted_data_never_comes_back(service: Epimem, group_id: str) -> None:
     seed(service, group_id)
     assert "Miso" in found_text(service, group_id, "kitten Miso")  # cached now
@@ -155,6 +156,7 @@ def test_memory_is_bounded_by_the_settings_and_reported(make_service: Callable[.
     assert snapshots.groups() == [groups[2]]
 
 
+@pytest.mark.slow
 def test_writes_of_another_server_are_seen(
     chroma_server: Any, tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
 ) -> None:
@@ -216,6 +218,7 @@ def test_own_writes_patch_the_snapshot(service: Epimem, group_id: str) -> None:
     assert after.extensions == before.extensions + 1 and after.builds == before.builds + 1
 
 
+@pytest.mark.slow
 def test_another_servers_write_is_read_again_not_patched(
     chroma_server: Any, tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
 ) -> None:

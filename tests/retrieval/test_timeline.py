@@ -20,6 +20,7 @@ def add_episode(service: Epimem, group_id: str, session: str, number: int, when:
     service.flush(group_id, session)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["asc", "desc"])
 def test_cursor_is_stable_while_episodes_arrive(service: Epimem, group_id: str, order: str) -> None:
     # Two episodes share a timestamp: the cursor breaks ties by episode id.
@@ -98,6 +99,7 @@ def test_what_was_just_said_is_on_the_timeline_marked_pending(service: Epimem, g
     assert formed.episodes[1].source_message_ids == ("live-1", "live-2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["asc", "desc"])
 def test_paging_stays_stable_when_a_pending_episode_forms_between_pages(
     service: Epimem, group_id: str, order: str
