@@ -26,6 +26,9 @@ from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.timeutil import utc_now
 
+# Each test over about a second on a quiet core: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 KEYS = {
     "admin-a": {"key": "admin-a-0123456789abcdef", "groups": ["team-a"], "role": "admin", "name": "ops-a"},
     "read-a": {"key": "read-a-0123456789abcdef0", "groups": ["team-a"], "role": "read"},
@@ -61,7 +64,6 @@ def view(service: Epimem, group_id: str) -> Any:
     )
 
 
-@pytest.mark.slow
 def test_retention_over_http(served: tuple[AppServer, Epimem, Settings]) -> None:
     server, service, _ = served
     with httpx.Client(base_url=server.url) as http:
@@ -93,7 +95,6 @@ def test_retention_over_http(served: tuple[AppServer, Epimem, Settings]) -> None
         assert cleared.json() == {"cleared": True}
 
 
-@pytest.mark.slow
 def test_webhooks_over_http(served: tuple[AppServer, Epimem, Settings]) -> None:
     server, _, _ = served
     body = {"url": "http://127.0.0.1:9/hook", "secret": "whsec-0123456789abcdef", "groups": ["team-a"]}
@@ -116,7 +117,6 @@ def test_webhooks_over_http(served: tuple[AppServer, Epimem, Settings]) -> None:
         assert http.delete("/v1/webhooks/not-hex!", headers=auth("admin-all")).status_code == 422
 
 
-@pytest.mark.slow
 def test_backup_and_restore_over_http_and_the_command_line(
     served: tuple[AppServer, Epimem, Settings], tmp_path: Path, embedder: SentenceTransformerEmbedder
 ) -> None:
@@ -177,7 +177,6 @@ def test_backup_and_restore_over_http_and_the_command_line(
         other.close()
 
 
-@pytest.mark.slow
 def test_a_sweeps_receipt_in_the_audit_trail_names_what_it_erased(
     settings_for: Callable[..., Settings],
     embedder: SentenceTransformerEmbedder,

@@ -19,6 +19,9 @@ from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
 
+# Each test over about a second on a quiet core: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 ROOT = "root-shared-0123456789abcdef"
 RECHECK_S = 0.05
 
@@ -68,7 +71,6 @@ def pair(
         service.close()
 
 
-@pytest.mark.slow
 def test_keys_made_revoked_and_rotated_on_one_server_count_on_the_other(
     pair: tuple[AppServer, AppServer], group_id: str
 ) -> None:
@@ -89,7 +91,6 @@ def test_keys_made_revoked_and_rotated_on_one_server_count_on_the_other(
     assert {k["id"]: k for k in call(b, "GET", "/v1/keys").json()["keys"]}[key_id]["status"] == "revoked"
 
 
-@pytest.mark.slow
 def test_daily_messages_and_stored_characters_are_counted_across_servers(
     pair: tuple[AppServer, AppServer], group_id: str
 ) -> None:

@@ -14,9 +14,12 @@ import pytest
 
 from memory.engine.allocator import ARENAS
 
-pytestmark = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc settings"
+    ),
+    pytest.mark.slow,  # over about a second on a quiet core: in the whole command, not the quick loop
+]
 
 PROBE = textwrap.dedent(
     """
@@ -80,7 +83,6 @@ def probe(how: str, folder: Path) -> dict[str, int]:
     return {key: int(value) for key, value in (line.split() for line in done.stdout.splitlines())}
 
 
-@pytest.mark.slow
 def test_an_embedded_store_process_zeroes_fresh_blocks_and_bounds_its_arenas(tmp_path: Path) -> None:
     plain = probe("plain", tmp_path / "plain")
     opened = probe("open", tmp_path / "opened")

@@ -23,6 +23,9 @@ from api.facade import Epimem
 from memory.errors import ConflictError, InvalidInputError
 from memory.models import GroupConfiguration, SessionInfo
 
+# Each test over about a second on a quiet core: in the whole command, not the quick loop.
+pytestmark = pytest.mark.slow
+
 QUERIES = ("hiking with the dog at Lake Tahoe", "pottery class vase", "kitten from the shelter", "road trip")
 
 
@@ -101,7 +104,6 @@ class Writer(threading.Thread):
             time.sleep(0.01)
 
 
-@pytest.mark.slow
 def test_a_backup_while_writing_restores_every_read_of_its_moment(
     make_service: Callable[..., Epimem], embedder: object, tmp_path: Path, group_id: str
 ) -> None:
@@ -165,7 +167,6 @@ def _rewrite(file: Path, lines: list[bytes]) -> None:
         stream.write(body + json.dumps(end).encode() + b"\n")
 
 
-@pytest.mark.slow
 def test_what_was_erased_is_not_in_the_backup_and_restores_are_checked(
     make_service: Callable[..., Epimem], embedder: object, tmp_path: Path, group_id: str
 ) -> None:
