@@ -120,8 +120,10 @@ class SharedCounters:
             state.measured = value.generation != FIRST_GENERATION
         elif value.generation != FIRST_GENERATION:
             state.measured = True
-        # The store holds ``written`` of this process's own count: the rest of the total is the others'.
-        state.others = value.total - state.written
+        # The rest of the total is the others': what the store holds under this process's own key is taken
+        # from the record read, not from ``written``, which a flush running beside this read may not have
+        # set yet (its write landed: counting it from both would show this process's count twice).
+        state.others = value.total - value.mine
         state.read_at = now
 
 

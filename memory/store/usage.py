@@ -51,6 +51,7 @@ class CounterValue:
     base: int = 0
     counted: int = 0  # every process's keys of this generation
     exists: bool = False
+    mine: int = 0  # the reading process's own key of this generation (part of ``counted``)
 
     @property
     def total(self) -> int:
@@ -77,7 +78,7 @@ class UsageStore(StorePart):
         found = self._collection().get(ids=list(wanted), include=["metadatas"])
         values = dict.fromkeys(wanted.values(), CounterValue())
         for record_id, metadata in zip(found["ids"], found["metadatas"] or [], strict=True):
-            values[wanted[record_id]] = _value(dict(metadata or {}))
+            values[wanted[record_id]] = _value(dict(metadata or {}), self.run_id)
         return values
 
     @store_call
@@ -132,8 +133,15 @@ def node_key(generation: str, run_id: str) -> str:
     return f"{NODE_PREFIX}{generation}.{run_id}"
 
 
-def _value(metadata: dict[str, Any]) -> CounterValue:
+def _value(metadata: dict[str, Any], run_id: str = "") -> CounterValue:
     generation = str(metadata.get("generation", FIRST_GENERATION))
     prefix = f"{NODE_PREFIX}{generation}."
     counted = sum(int(v) for k, v in metadata.items() if k.startswith(prefix) and isinstance(v, int | float))
-    return CounterValue(generation=generation, base=int(metadata.get("base", 0)), counted=counted, exists=True)
+    mine = metadata.get(node_key(generation, run_id)) if run_id else None
+    return CounterValue(
+        generation=generation,
+        base=int(metadata.get("base", 0)),
+        counted=counted,
+        exists=True,
+        mine=int(mine) if isinstance(mine, int | float) else 0,
+    )

@@ -4,8 +4,10 @@ counters written by two processes' worth of counters over one store, with a reco
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.servers import ChromaServer
@@ -111,3 +113,42 @@ def counted_across(first: UsageStore, second: UsageStore, group: str) -> None:
     other.flush()
     now[0] += 10.0
     assert one.totals([chars]) == {chars: 55} and one.due() == []
+
+
+class _WriteHeldOpen:
+    """A ``UsageRecords`` whose first write lands in the store and then waits, as a flush does when another
+    thread of the same server reads the counter between its write and its bookkeeping."""
+
+    def __init__(self, records: UsageStore) -> None:
+        self._records = records
+        self.landed = threading.Event()
+        self.release = threading.Event()
+        self._held = False
+
+    def write(self, counts: Any) -> None:
+        self._records.write(counts)
+        if not self._held:
+            self._held = True
+            self.landed.set()
+            assert self.release.wait(60)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._records, name)
+
+
+def test_a_flush_beside_a_read_does_not_count_this_server_twice(service: Epimem) -> None:
+    records = _WriteHeldOpen(service.memory.store.usage)
+    counters = SharedCounters(records, refresh_s=0.0)  # type: ignore[arg-type]
+    counter = CounterId("messages", "key", uuid.uuid4().hex, "2030-01-01")
+    counters.add(counter, 3)
+    background = threading.Thread(target=counters.flush)  # the periodic flush
+    background.start()
+    try:
+        assert records.landed.wait(60)  # its write is in the store; its bookkeeping is not done
+        assert counters.totals([counter]) == {counter: 3}  # a limit check in between
+    finally:
+        records.release.set()
+        background.join(60)
+    assert counters.totals([counter]) == {counter: 3}
+    counters.add(counter, 2)
+    assert counters.totals([counter]) == {counter: 5}
