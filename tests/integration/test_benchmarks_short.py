@@ -48,6 +48,12 @@ EXPECTED = {
         "bulk (100 per call + flush): msg/s, median call",
         "ratio big / empty (target >= 0.9)",
     ],
+    "fill.py": [
+        "rate per tenth (msg/s)",
+        "ratio last / first tenth",
+        "first search after a restart (s)",
+        "ratio searches / floor",
+    ],
     "kept_snapshot.py": [
         "without a kept file: beyond the Chroma read (s)",
         "kept at close (s, MB)",
@@ -73,7 +79,7 @@ EXPECTED = {
 }
 # embedding_backends.py is not run here: its ONNX export alone takes minutes on 2 cores. The
 # backends' correctness is tested in tests/memory/test_embedding_backends.py; the script is run by hand.
-NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py", "kept_snapshot.py", "big_group.py"}
+NEEDS_LOCOMO = {"ingest.py", "keyword_patch.py", "kept_snapshot.py", "big_group.py", "fill.py"}
 
 
 @pytest.mark.slow
