@@ -31,6 +31,7 @@ from memory.store.quotas import (
     RESULTS_PER_READ,
     utf8_bytes,
 )
+from memory.store.where import matches, understood
 
 T = TypeVar("T")
 FIELDS = ("ids", "embeddings", "documents", "metadatas")
@@ -142,10 +143,16 @@ class BoundedCollection:
         ids = possible(ids)
         if not ids:
             return empty(wanted)
+        if where is not None and understood(where):  # memory.store.where: the filter applied here, not by Chroma
+            read = wanted if "metadatas" in wanted else [*wanted, "metadatas"]
+            return kept(self._by_ids(ids, read), lambda metadata: matches(metadata, where), wanted)
+        return self._by_ids(ids, wanted, where)
+
+    def _by_ids(self, ids: list[str], include: list[str], where: Any = None) -> dict[str, Any]:
         if len(ids) <= RESULTS_PER_READ:
-            return self._get(ids=ids, where=where, include=wanted)
+            return self._get(ids=ids, where=where, include=include)
         return merged(
-            [self._get(ids=ids[part], where=where, include=wanted) for part in batches(len(ids), RESULTS_PER_READ)]
+            [self._get(ids=ids[part], where=where, include=include) for part in batches(len(ids), RESULTS_PER_READ)]
         )
 
     def _get(self, **arguments: Any) -> dict[str, Any]:
@@ -209,6 +216,24 @@ def possible(ids: Sequence[str]) -> list[str]:
 def empty(include: Sequence[str]) -> dict[str, Any]:
     """A ``get`` result without records."""
     return {"ids": [], "included": list(include), **{field: [] if field in include else None for field in FIELDS[1:]}}
+
+
+def kept(result: dict[str, Any], keep: Callable[[Any], bool], include: Sequence[str]) -> dict[str, Any]:
+    """A ``get`` result with only the records whose metadata ``keep`` accepts, and only the ``include``d fields (the
+    metadatas read to decide are dropped when they were not asked for)."""
+    positions = [i for i, metadata in enumerate(result.get("metadatas") or []) if keep(metadata)]
+    filtered: dict[str, Any] = {"included": list(include)}
+    for field in FIELDS:
+        values = result.get(field)
+        if field != "ids" and field not in include:
+            filtered[field] = None
+        elif values is None:
+            filtered[field] = None
+        elif isinstance(values, np.ndarray):
+            filtered[field] = values[positions] if positions else np.array([])  # what Chroma gives for none
+        else:
+            filtered[field] = [values[i] for i in positions]
+    return filtered
 
 
 def merged(pages: Sequence[dict[str, Any]]) -> dict[str, Any]:

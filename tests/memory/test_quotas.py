@@ -169,3 +169,47 @@ def test_the_cloud_profile_fails_a_call_of_epimem_over_a_limit(service: Epimem) 
     assert cloud_profile.problems("query", {"n_results": 301})
     assert cloud_profile.problems("get", {"limit": 10, "where": {"$and": [{f"k{i}": i} for i in range(9)]}})
     assert not cloud_profile.problems("get", {"limit": 300, "where": {"$and": [{f"k{i}": i} for i in range(8)]}})
+
+
+WHERES = [
+    {"kind": "message"},
+    {"kind": {"$in": ["episode", "summary"]}},
+    {"ts": {"$gte": 20.0}},
+    {"ts": {"$lt": 20}},
+    {"ts": {"$lte": 20.0}},
+    {"$and": [{"kind": "message"}, {"session_id": {"$in": ["s1", "s3"]}}, {"ts": {"$lt": 35.0}}]},
+    {"flag": True},
+    {"n": 7},
+    {"session_id": "s2"},
+]
+
+
+def test_a_read_by_ids_with_a_filter_keeps_what_chroma_would(service: Epimem) -> None:
+    """The filter of a read by id is applied to the records read (memory.store.where), not sent to Chroma, which
+    walks every record of its database for it: the same records as Chroma's own evaluation, for every operator
+    epimem writes, with records that lack a field or hold another type."""
+    name = f"where-{uuid.uuid4().hex[:10]}"
+    chroma = service.memory.store.connection.client.create_collection(name, embedding_function=None)
+    kinds = ["message", "episode", "summary"]
+    metadatas: list[dict[str, Any]] = []
+    for i in range(60):
+        metadata: dict[str, Any] = {"kind": kinds[i % 3], "session_id": f"s{i % 4}", "n": i % 9}
+        if i % 5:
+            metadata["ts"] = float(i) if i % 2 else i  # floats and ints
+        if i % 7 == 0:
+            metadata["flag"] = i % 2 == 0
+        if i % 11 == 0:
+            metadata["kind"] = 3  # another type than the clause's
+        metadatas.append(metadata)
+    ids = [f"r{i:03d}" for i in range(60)]
+    chroma.add(ids=ids, embeddings=np.arange(120, dtype=float).reshape(60, 2), metadatas=metadatas, documents=ids)
+    bounded = BoundedCollection(chroma, CollectionSlots())
+    asked = ids[5:50:2] + ["r999"]
+    for where in WHERES:
+        expected = chroma.get(ids=asked, where=where, include=["documents", "embeddings"])  # Chroma's evaluation
+        found = bounded.get(ids=asked, where=where, include=["documents", "embeddings"])
+        assert found["ids"] == expected["ids"], where
+        assert found["documents"] == expected["documents"] and found["metadatas"] is None
+        assert np.array_equal(np.asarray(found["embeddings"]), np.asarray(expected["embeddings"]))
+        with_metadata = bounded.get(ids=asked, where=where, include=["metadatas"])
+        assert with_metadata["metadatas"] == chroma.get(ids=asked, where=where, include=["metadatas"])["metadatas"]
