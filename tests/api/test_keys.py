@@ -223,7 +223,8 @@ def test_no_byte_of_a_secret_is_stored_or_logged(
     folders = [tmp_path]  # the data folder and what lies beside it (the keys file holds the seed's secrets only)
     if server.service.settings.chroma_host is not None:
         folders.append(request.getfixturevalue("chroma_server").path)
-    for needle in (secret, rotated, secret.split("_")[-1], rotated.split("_")[-1]):
+    # epm_<key id>_<random part>: the random part (token_urlsafe, which may hold "_" itself) stored nowhere either
+    for needle in (secret, rotated, secret.split("_", 2)[2], rotated.split("_", 2)[2]):
         for folder in folders:
             for path in folder.rglob("*"):
                 if path.is_file():
