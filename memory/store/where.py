@@ -3,8 +3,8 @@ keeps the matching records here. Embedded Chroma evaluates a ``where`` over ever
 looks at the ids (a read of 100 ids of one session's partition with ``{"kind": "message"}``: 700 ms in a database
 of 26,000 records, 7 ms without the filter), so a filter sent with ids costs what the database holds.
 
-Only the operators epimem writes are known (equality, ``$in``, ``$gte``, ``$lt``, ``$lte``, ``$and``); ``None`` means
-"cannot tell" and the caller sends the clause to Chroma as it is."""
+Only the operators epimem writes are known (equality, ``$in``, ``$gte``, ``$lt``, ``$lte``, ``$and``); a clause that
+``understood`` rejects is sent to Chroma as it is."""
 
 from __future__ import annotations
 
