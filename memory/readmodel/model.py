@@ -35,6 +35,7 @@ from typing import Any
 
 from memory.readmodel.build import read_snapshot
 from memory.readmodel.files import folder_files
+from memory.readmodel.follow import Follower
 from memory.readmodel.open_episodes import OpenEpisodes
 from memory.readmodel.patch import Patch, diff, patch
 from memory.readmodel.reader import Derivation, GroupReader
@@ -42,6 +43,7 @@ from memory.readmodel.snapshot import GroupSnapshot, Version
 from memory.readmodel.speakers import Speakers
 from memory.readmodel.upgrades import Upgrades
 from memory.readmodel.versions import Versions
+from memory.store.changes import JOURNAL
 from memory.store.factory import Store
 
 
@@ -110,6 +112,12 @@ class ReadModel:
         self._files = files if persist else None
         if self._files is not None:
             self._files.open()
+        # Kept snapshots exist for embedded folders only: there the groups this process writes are followed,
+        # so a write-only fill is kept at close too (memory.readmodel.follow).
+        self._followed: dict[str, int] = {}  # group -> this process's writes to it when last looked at
+        self._follower = Follower(self._catch_up) if self._files is not None else None
+        if self._follower is not None:
+            store.connection.feed.subscribe(self._follower.written)
 
     def register(self, *derivations: Derivation[Any]) -> None:
         """Derivations to patch with their group, keep on disk with it and restore from there (by key: a
@@ -227,6 +235,30 @@ class ReadModel:
         cached = self.cached(group_id)
         return cached is not None and cached.deferred
 
+    def _catch_up(self, group_id: str) -> None:
+        """After writes to the group (the follower's thread): its snapshot patched with them once they reach
+        half of what the change feed keeps, or built when it has none and the cache has room."""
+        cached = self.cached(group_id)
+        if cached is not None and cached.deferred:
+            return  # its background read brings it forward when it ends
+        written = self._versions.local(group_id)
+        since = max(cached.version[0] if cached is not None else 0, self._followed.get(group_id, 0))
+        if written - since < JOURNAL // 2:
+            return
+        self._followed[group_id] = written
+        if cached is None and not self._has_room():
+            return
+        self.snapshot(group_id)
+
+    def _has_room(self) -> bool:
+        with self._lock:
+            used = sum(snapshot.total_bytes for snapshot in self._entries.values())
+            return len(self._entries) < self.max_groups and used < self.max_bytes
+
+    def wait_followed(self, timeout: float | None = None) -> bool:
+        """Until the writes so far have been followed (tests, benchmarks)."""
+        return self._follower is None or self._follower.wait_idle(timeout)
+
     def wait_upgrades(self, timeout: float | None = None) -> None:
         """Until the background reads of deferred snapshots have ended (tests, benchmarks)."""
         self._upgrades.wait(timeout)
@@ -234,6 +266,8 @@ class ReadModel:
     def close(self) -> None:
         """Keep the snapshots at their group's current version on disk for the next start (embedded:
         memory.readmodel.files); the read model is not used after this."""
+        if self._follower is not None:
+            self._follower.stop()
         self._upgrades.stop()
         if self._files is None:
             return

@@ -26,6 +26,11 @@ from api.settings import Settings
 from helpers.paths import BIN, ROOT
 
 
+# Waits poll with one client: a client made per poll costs ~20 ms of CPU (its TLS context), a second of it for
+# each server that loads the model meanwhile.
+POLLS = httpx.Client()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -134,7 +139,7 @@ class ServerProcess(_StartedInWith):
             assert self.process.poll() is None, f"the server exited with {self.process.returncode}\n{self.output()}"
             assert time.monotonic() < deadline, f"the epimem server did not become ready\n{self.output()}"
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if POLLS.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -142,7 +147,7 @@ class ServerProcess(_StartedInWith):
 
     def wait_recovered(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
-        while httpx.get(self.url + "/readyz", timeout=5).json().get("recovering"):
+        while POLLS.get(self.url + "/readyz", timeout=5).json().get("recovering"):
             assert time.monotonic() < deadline, "startup recovery did not finish"
             time.sleep(0.2)
 
@@ -211,7 +216,7 @@ class ChromaServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/v2/heartbeat", timeout=1).status_code == 200:
+                if POLLS.get(f"http://127.0.0.1:{self.port}/api/v2/heartbeat", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

@@ -100,15 +100,15 @@ class Writer:
         return message_id, session, word
 
 
-def found_by_search(url: str, group_id: str, word: str, message_id: str) -> bool:
-    response = httpx.post(f"{url}/v1/groups/{group_id}/search", json={"query": word, "k": 10}, timeout=120)
+def found_by_search(client: httpx.Client, group_id: str, word: str, message_id: str) -> bool:
+    response = client.post(f"/v1/groups/{group_id}/search", json={"query": word, "k": 10})
     assert response.status_code == 200, response.text
     return any(message_id in hit["episode"]["source_message_ids"] for hit in response.json()["hits"])
 
 
-def found_by_context(url: str, group_id: str, word: str, message_id: str) -> bool:
+def found_by_context(client: httpx.Client, group_id: str, word: str, message_id: str) -> bool:
     body = {"query": word, "token_budget": 400}
-    response = httpx.post(f"{url}/v1/groups/{group_id}/context", json=body, timeout=120)
+    response = client.post(f"/v1/groups/{group_id}/context", json=body)
     assert response.status_code == 200, response.text
     return any(message_id in citation["message_ids"] for citation in response.json()["citations"])
 
@@ -134,6 +134,7 @@ def test_search_and_context_never_miss_an_acknowledged_message_while_episodes_fo
     rng = random.Random(7)
     misses: list[tuple[str, str, str]] = []
     polls = 0
+    client = httpx.Client(base_url=url, timeout=120)  # one connection: a client per read spent more than the read
     try:
         while polls < POLLS:
             assert all(thread.is_alive() for thread in threads), [e for w in writers for e in w.errors]
@@ -144,13 +145,14 @@ def test_search_and_context_never_miss_an_acknowledged_message_while_episodes_fo
             message_id, _session, word = picked
             how = "search" if polls % 2 == 0 else "context"
             check = found_by_search if how == "search" else found_by_context
-            if not check(url, group_id, word, message_id):
+            if not check(client, group_id, word, message_id):
                 misses.append((how, message_id, word))
             polls += 1
             if polls % POLLS_PER_ROUND == 0:
                 for writer in writers:
                     writer.granted.release()
     finally:
+        client.close()
         for writer in writers:
             writer.stop.set()
         for thread in threads:
