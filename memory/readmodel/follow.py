@@ -14,17 +14,33 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from typing import Protocol
+
+from memory.readmodel.snapshot import GroupSnapshot
+from memory.store.changes import JOURNAL
 
 log = logging.getLogger(__name__)
 
 
-class Follower:
-    """``catch_up(group_id)`` runs in one background thread after writes to the group, at most once per
-    group at a time; writes that land meanwhile ask for one more run."""
+class Followed(Protocol):
+    """What the follower asks of the read model."""
 
-    def __init__(self, catch_up: Callable[[str], None]) -> None:
-        self._catch_up = catch_up
+    def cached(self, group_id: str) -> GroupSnapshot | None: ...
+
+    def writes_to(self, group_id: str) -> int: ...
+
+    def has_room(self) -> bool: ...
+
+    def snapshot(self, group_id: str, *, fresh: bool = False) -> GroupSnapshot: ...
+
+
+class Follower:
+    """Looks at a group in one background thread after writes to it, at most once per group at a time; writes
+    that land meanwhile ask for one more look."""
+
+    def __init__(self, model: Followed) -> None:
+        self._model = model
+        self._followed: dict[str, int] = {}  # group -> this process's writes to it when last caught up
         self._changed = threading.Condition()
         self._pending: dict[str, None] = {}  # groups written since their last run, in order
         self._running = False
@@ -69,6 +85,22 @@ class Follower:
                 del self._pending[group_id]
                 self._running = True
             try:
-                self._catch_up(group_id)
+                self.catch_up(group_id)
             except Exception:  # a follower that stopped would leave every later fill unkept
                 log.exception("keeping the snapshot of group %r current failed", group_id)
+
+    def catch_up(self, group_id: str) -> None:
+        """The group's snapshot patched with this process's writes once they reach half of what the change feed
+        keeps, or built when it has none and the cache has room."""
+        model = self._model
+        cached = model.cached(group_id)
+        if cached is not None and cached.deferred:
+            return  # its background read brings it forward when it ends
+        written = model.writes_to(group_id)
+        since = max(cached.version[0] if cached is not None else 0, self._followed.get(group_id, 0))
+        if written - since < JOURNAL // 2:
+            return
+        self._followed[group_id] = written
+        if cached is None and not model.has_room():
+            return
+        model.snapshot(group_id)

@@ -43,7 +43,6 @@ from memory.readmodel.snapshot import GroupSnapshot, Version
 from memory.readmodel.speakers import Speakers
 from memory.readmodel.upgrades import Upgrades
 from memory.readmodel.versions import Versions
-from memory.store.changes import JOURNAL
 from memory.store.factory import Store
 
 
@@ -114,8 +113,7 @@ class ReadModel:
             self._files.open()
         # Kept snapshots exist for embedded folders only: there the groups this process writes are followed,
         # so a write-only fill is kept at close too (memory.readmodel.follow).
-        self._followed: dict[str, int] = {}  # group -> this process's writes to it when last looked at
-        self._follower = Follower(self._catch_up) if self._files is not None else None
+        self._follower = Follower(self) if self._files is not None else None
         if self._follower is not None:
             store.connection.feed.subscribe(self._follower.written)
 
@@ -235,22 +233,10 @@ class ReadModel:
         cached = self.cached(group_id)
         return cached is not None and cached.deferred
 
-    def _catch_up(self, group_id: str) -> None:
-        """After writes to the group (the follower's thread): its snapshot patched with them once they reach
-        half of what the change feed keeps, or built when it has none and the cache has room."""
-        cached = self.cached(group_id)
-        if cached is not None and cached.deferred:
-            return  # its background read brings it forward when it ends
-        written = self._versions.local(group_id)
-        since = max(cached.version[0] if cached is not None else 0, self._followed.get(group_id, 0))
-        if written - since < JOURNAL // 2:
-            return
-        self._followed[group_id] = written
-        if cached is None and not self._has_room():
-            return
-        self.snapshot(group_id)
+    def writes_to(self, group_id: str) -> int:
+        return self._versions.local(group_id)
 
-    def _has_room(self) -> bool:
+    def has_room(self) -> bool:
         with self._lock:
             used = sum(snapshot.total_bytes for snapshot in self._entries.values())
             return len(self._entries) < self.max_groups and used < self.max_bytes

@@ -25,7 +25,6 @@ from api.server import create_app
 from api.settings import Settings
 from helpers.paths import BIN, ROOT
 
-
 # Waits poll with one client: a client made per poll costs ~20 ms of CPU (its TLS context), a second of it for
 # each server that loads the model meanwhile.
 POLLS = httpx.Client()

@@ -256,7 +256,7 @@ def short_journal(monkeypatch: pytest.MonkeyPatch) -> int:
     """The change feed keeps 16 writes a group (512 in a server), followed every 8: a fill of a few dozen
     adds outruns it as one of thousands outruns the real one."""
     monkeypatch.setattr("memory.store.changes.JOURNAL", 16)
-    monkeypatch.setattr("memory.readmodel.model.JOURNAL", 16)
+    monkeypatch.setattr("memory.readmodel.follow.JOURNAL", 16)
     return 16
 
 
