@@ -4,6 +4,7 @@ where the server's packages are missing the command line is the thin client's, w
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import subprocess
 import sys
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from helpers.paths import ROOT
+from packaging.requirements import Requirement
 
 HEAVY = ("chromadb", "torch", "numpy", "sentence_transformers")
 # The client's dependencies (clients/python/pyproject.toml) and what they pull in, with pydantic-settings and
-# dateutil (a broken server install may well have those).
+# dateutil (a broken server install may well have those); dateutil's own (six, or tzdata from 4.0) are read from
+# its metadata.
 BASE = (
     "pydantic",
     "pydantic_core",
@@ -24,7 +27,6 @@ BASE = (
     "typing_inspection",
     "dotenv",
     "dateutil",
-    "six",
     "httpx",
     "httpcore",
     "h11",
@@ -66,11 +68,21 @@ def test_client_import_pulls_in_no_server_module() -> None:
     assert result.stdout.strip() == "[] []"
 
 
+def requirements(distribution: str) -> list[str]:
+    """The modules of a distribution's own requirements in this environment (its extras left out)."""
+    found = []
+    for line in importlib.metadata.requires(distribution) or []:
+        requirement = Requirement(line)
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            found.append(requirement.name.lower().replace("-", "_"))
+    return found
+
+
 @pytest.fixture(scope="module")
 def base_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder that holds only the client's packages (links into this venv)."""
     site = tmp_path_factory.mktemp("base-site")
-    for name in BASE:
+    for name in (*BASE, *requirements("python-dateutil")):
         spec = importlib.util.find_spec(name)
         assert spec is not None and spec.origin is not None, name
         origin = Path(spec.origin)
