@@ -169,16 +169,15 @@ class TokenProxy:
         command += ["--no-create"] if self.no_create else []
         self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
-        polls = httpx.Client(timeout=1)  # one client for every poll: a client costs ~20 ms of CPU to make
-        while True:
-            assert self.process.poll() is None, f"the token proxy exited with {self.process.returncode}"
-            try:
-                polls.get(self.url + COUNTS_PATH)
-                polls.close()
-                return self
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the token proxy did not start"
-                time.sleep(0.05)
+        with httpx.Client(timeout=1) as polls:  # one client for every poll: a client costs ~20 ms of CPU to make
+            while True:
+                assert self.process.poll() is None, f"the token proxy exited with {self.process.returncode}"
+                try:
+                    polls.get(self.url + COUNTS_PATH)
+                    return self
+                except httpx.TransportError:
+                    assert time.monotonic() < deadline, "the token proxy did not start"
+                    time.sleep(0.05)
 
     def counts(self) -> dict[str, int]:
         import httpx
