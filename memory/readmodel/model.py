@@ -35,6 +35,7 @@ from typing import Any
 
 from memory.readmodel.build import read_snapshot
 from memory.readmodel.files import folder_files
+from memory.readmodel.follow import Follower
 from memory.readmodel.open_episodes import OpenEpisodes
 from memory.readmodel.patch import Patch, diff, patch
 from memory.readmodel.reader import Derivation, GroupReader
@@ -110,6 +111,11 @@ class ReadModel:
         self._files = files if persist else None
         if self._files is not None:
             self._files.open()
+        # Kept snapshots exist for embedded folders only: there the groups this process writes are followed,
+        # so a write-only fill is kept at close too (memory.readmodel.follow).
+        self._follower = Follower(self) if self._files is not None else None
+        if self._follower is not None:
+            store.connection.feed.subscribe(self._follower.written)
 
     def register(self, *derivations: Derivation[Any]) -> None:
         """Derivations to patch with their group, keep on disk with it and restore from there (by key: a
@@ -227,6 +233,18 @@ class ReadModel:
         cached = self.cached(group_id)
         return cached is not None and cached.deferred
 
+    def writes_to(self, group_id: str) -> int:
+        return self._versions.local(group_id)
+
+    def has_room(self) -> bool:
+        with self._lock:
+            used = sum(snapshot.total_bytes for snapshot in self._entries.values())
+            return len(self._entries) < self.max_groups and used < self.max_bytes
+
+    def wait_followed(self, timeout: float | None = None) -> bool:
+        """Until the writes so far have been followed (tests, benchmarks)."""
+        return self._follower is None or self._follower.wait_idle(timeout)
+
     def wait_upgrades(self, timeout: float | None = None) -> None:
         """Until the background reads of deferred snapshots have ended (tests, benchmarks)."""
         self._upgrades.wait(timeout)
@@ -234,6 +252,8 @@ class ReadModel:
     def close(self) -> None:
         """Keep the snapshots at their group's current version on disk for the next start (embedded:
         memory.readmodel.files); the read model is not used after this."""
+        if self._follower is not None:
+            self._follower.stop()
         self._upgrades.stop()
         if self._files is None:
             return

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from chromadb.api import ClientAPI
 
 from api.facade import Epimem
@@ -124,12 +125,32 @@ def cached_keyword_text(service: Epimem) -> str:
 # -- read snapshots ----------------------------------------------------------------------------------------
 
 
+class Direction:
+    """A snapshot's unit vector, equal to another within float32 rounding. A snapshot patched from a write
+    holds the vector as it was written; one read from Chroma holds what a cosine collection returns, the unit
+    vector times its norm, one float32 rounding away (memory.store.dump): rounding both to a few decimals
+    would still tell them apart whenever a component sits on a rounding boundary."""
+
+    def __init__(self, row: np.ndarray | None) -> None:
+        self.row = row
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Direction):
+            return NotImplemented
+        if self.row is None or other.row is None:
+            return self.row is None and other.row is None
+        return self.row.shape == other.row.shape and bool(np.allclose(self.row, other.row, rtol=0, atol=1e-6))
+
+    def __repr__(self) -> str:
+        return "Direction(None)" if self.row is None else f"Direction({self.row[:4]}...)"
+
+
 def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
     """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
     found = {}
     for position, record_id in enumerate(snapshot.ids):
         record = snapshot.record(position)
-        direction = snapshot.directions[position].round(5).tobytes() if snapshot.directions is not None else b""
+        direction = Direction(snapshot.directions[position] if snapshot.directions is not None else None)
         found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
     return found
 

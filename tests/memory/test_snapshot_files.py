@@ -240,3 +240,53 @@ def test_nothing_is_kept_on_disk_with_a_chroma_server(chroma_server: Any, tmp_pa
     finally:
         service.close()
     assert not (tmp_path / "data" / FOLDER).exists() and not (tmp_path / "data" / CLAIMED).exists()
+
+
+def fill(service: Epimem, group_id: str, adds: int) -> None:
+    """Writes only, more of them than the change feed keeps (the tests shrink it): a fill, an import."""
+    for number in range(adds):
+        session = f"s{number // 5}"
+        service.add_messages(group_id, session, [{"id": f"m{number}", "content": f"Fill line {number} on kites."}])
+        if number % 5 == 4:
+            service.flush(group_id, session)
+
+
+@pytest.fixture
+def short_journal(monkeypatch: pytest.MonkeyPatch) -> int:
+    """The change feed keeps 16 writes a group (512 in a server), followed every 8: a fill of a few dozen
+    adds outruns it as one of thousands outruns the real one."""
+    monkeypatch.setattr("memory.store.changes.JOURNAL", 16)
+    monkeypatch.setattr("memory.readmodel.follow.JOURNAL", 16)
+    return 16
+
+
+def test_a_group_that_was_only_written_is_kept_at_close(
+    start: Callable[..., Epimem], tmp_path: Path, short_journal: int
+) -> None:
+    """A server that only wrote a group keeps its snapshot current (patched as the writes go, never read by a
+    request) and keeps it at close: the next start loads it instead of reading the group from Chroma."""
+    service = start()
+    fill(service, GROUP, 40)
+    assert service.memory.store.connection.feed.version(GROUP) > 2 * short_journal  # the feed lost writes
+    assert service.read_model.wait_followed(60)
+    cache = service.stats().read_cache
+    assert cache is not None and cache.groups == 1 and cache.extensions >= 1  # built once, then patched
+    service.close()
+    assert (tmp_path / "data" / FOLDER / file_name(GROUP)).is_file()
+    service = start()
+    assert "Fill line 39" in service.context(GROUP, "Fill line 39 on kites", token_budget=300).text
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 1
+    assert_equals_a_fresh_build(service)
+
+
+def test_a_group_only_written_never_pushes_out_a_group_that_is_read(
+    start: Callable[..., Epimem], short_journal: int
+) -> None:
+    service = start()
+    service.read_model.max_groups = 1
+    seed(service)
+    reads(service)
+    fill(service, "written-only", 40)
+    assert service.read_model.wait_followed(60)
+    assert service.read_model.groups() == [GROUP]
