@@ -52,7 +52,8 @@ EXPECTED = {
         "rate per tenth (msg/s)",
         "ratio last / first tenth",
         "first search after a restart (s)",
-        "ratio searches / floor",
+        "ratio to the floor",
+        "the next ones (other questions)",
     ],
     "kept_snapshot.py": [
         "without a kept file: beyond the Chroma read (s)",
