@@ -125,8 +125,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sessions, args.messages, args.per_add, args.questions = 5, 20, 10, 5
-    asked = questions()[: args.questions + 1]
-    other = questions()[args.questions + 1 : 2 * args.questions + 2]  # a second pass, none of them cached
+    known = questions()
+    asked = known[: args.questions + 1]
+    other = known[args.questions + 1 : 2 * args.questions + 2]  # a second pass, none of them cached
     with tempfile.TemporaryDirectory(prefix="epimem-fill-") as scratch:
         folder = args.data_dir or Path(scratch) / "data"
         log = Path(scratch) / "server.log"
