@@ -71,3 +71,37 @@ def test_counting_and_embedding_in_threads_give_the_serial_results(embedder: Sen
     for worker in workers:
         worker.join()
     assert errors == [] and mismatches == []
+
+
+def test_a_query_is_encoded_on_one_thread_and_batches_keep_every_core(
+    embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch's intra-op threads are OpenMP's setting of the calling thread: a server thread set to two (the default
+    # on a 2-core machine) encodes a query on one, then has its two again; a batch (ingest) keeps both.
+    import torch
+
+    encode = embedder.embed_batch
+    threads_seen: list[int] = []
+
+    def embed_batch(texts: list[str]) -> np.ndarray:
+        threads_seen.append(torch.get_num_threads())
+        return encode(texts)
+
+    monkeypatch.setattr(embedder, "embed_batch", embed_batch)
+    outside = torch.get_num_threads()
+    found: dict[str, object] = {}
+
+    def server_thread() -> None:
+        torch.set_num_threads(2)
+        query = "When did Melanie paint a sunrise? (one-thread query 1)"
+        found["query"] = embedder.embed_queries([query, "When did paint a sunrise? (one-thread query 1)"])[0]
+        found["after"] = torch.get_num_threads()
+        found["batch"] = embedder.embed_batch([query])[0]
+
+    worker = threading.Thread(target=server_thread)
+    worker.start()
+    worker.join()
+    assert threads_seen == [1, 2]
+    assert found["after"] == 2, "the thread has its setting back"
+    assert torch.get_num_threads() == outside, "other threads keep theirs"
+    np.testing.assert_allclose(found["query"], found["batch"], atol=1e-6)  # the same vector either way
