@@ -25,6 +25,7 @@ from memory.readmodel.snapshot import (
 )
 from memory.store.group_reads import GroupReads
 from memory.store.paging import PAGE
+from memory.store.records import EPISODE_KINDS
 
 T = TypeVar("T")
 
@@ -85,6 +86,12 @@ def read_snapshot(
         read.clear()
         snapshot.full = full
         snapshot.metadatas = metadatas if full else None
+        if not full:
+            snapshot.episode_metadatas = {
+                record_id: metadata
+                for record_id, metadata in zip(ids, metadatas, strict=True)
+                if metadata.get("kind") in EPISODE_KINDS
+            }
         # Row by row, as unit() divides one vector by its norm: the same float32 values, in place.
         for position, row in enumerate(vectors):
             vectors[position] = row / (float(np.linalg.norm(row)) or 1.0)

@@ -192,6 +192,8 @@ class SnapshotFiles:
         }
         if snapshot.full and snapshot.metadatas is not None:
             arrays["metadatas"] = _text(snapshot.metadatas)
+        elif snapshot.episode_metadatas is not None:
+            arrays["episode_metadatas"] = _text(snapshot.episode_metadatas)
         if snapshot.directions is not None:
             arrays["directions"] = snapshot.directions
             messages = snapshot.messages or {}
@@ -261,6 +263,8 @@ def _snapshot(group_id: str, version: Version, loaded: dict[str, np.ndarray], me
     if "directions" in loaded:
         snapshot.directions = np.array(loaded["directions"])  # writable, as a built one
         snapshot.messages = {key: _message(row) for key, row in _json(loaded, "messages").items()}
+        if "episode_metadatas" in loaded:
+            snapshot.episode_metadatas = _json(loaded, "episode_metadatas")
     snapshot.nbytes = estimate_bytes(snapshot)
     return snapshot
 

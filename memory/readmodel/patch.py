@@ -29,7 +29,7 @@ from memory.readmodel.snapshot import (
     rows_bytes,
 )
 from memory.store.changes import Change
-from memory.store.records import VectorRecord
+from memory.store.records import EPISODE_KINDS, VectorRecord
 
 T = TypeVar("T")
 
@@ -193,6 +193,14 @@ def patch(
         for offset, position in enumerate(at.tolist()):
             metadatas[position] = fresh_metadata[offset]
         patched.metadatas = metadatas + fresh_metadata[split:]
+    if snapshot.episode_metadatas is not None:
+        held = dict(snapshot.episode_metadatas)
+        for record_id, record in touched.items():
+            if record is not None and record.metadata.get("kind") in EPISODE_KINDS:
+                held[record_id] = dict(record.metadata)
+            else:
+                held.pop(record_id, None)
+        patched.episode_metadatas = held
     if snapshot.directions is not None:
         patched.directions, patched.row_buffer = _patched_directions(snapshot, removed, kept, written, new)
     # The size estimate moves by what the patch changed, not by a walk over every row (a full snapshot of

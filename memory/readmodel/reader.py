@@ -180,7 +180,7 @@ class GroupReader:
         if not episode_ids:
             return opened
         snapshot = self._snapshot
-        if snapshot.full:
+        if snapshot.holds_episodes:
             return opened | {e: parsed for e in episode_ids if (parsed := snapshot.episode(e)) is not None}
         kept = {e: parsed for e in episode_ids if (parsed := snapshot.episode(e)) is not None}
         missing = [e for e in episode_ids if e not in kept]

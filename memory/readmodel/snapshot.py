@@ -73,6 +73,9 @@ class GroupSnapshot:
     # background (memory.readmodel.upgrades: two-step reads of big groups).
     deferred: bool = False
     metadatas: list[dict[str, Any]] | None = None
+    # Past the full bound, with the vectors kept: the metadata of the episode and summary records alone, by record
+    # id, so that a request parses its episodes here instead of reading them from Chroma.
+    episode_metadatas: dict[str, dict[str, Any]] | None = None
     # Each stored vector / float(np.linalg.norm(vector)), float32 (records x dimension): the read path's
     # unit(). Every reader wants directions, so the vectors as stored are not kept.
     directions: np.ndarray | None = None
@@ -119,17 +122,28 @@ class GroupSnapshot:
         position = self.positions.get(record_id)
         return None if position is None else self.record(position)
 
+    @property
+    def holds_episodes(self) -> bool:
+        """Whether every episode and summary of this version is parsed from the snapshot (none read from Chroma)."""
+        return self.metadatas is not None or self.episode_metadatas is not None
+
     def episode(self, record_id: str) -> Episode | None:
-        """The episode or summary of a record id (full snapshots only; parsed once)."""
+        """The episode or summary of a record id (snapshots that hold episodes only; parsed once)."""
         with self._lock:
             cached = self._episodes.get(record_id)
             if cached is not None:
                 self._episodes.move_to_end(record_id)
                 return cached
         position = self.positions.get(record_id)
-        if position is None or self.metadatas is None or int(self.kinds[position]) > KIND_CODE["summary"]:
+        if position is None or int(self.kinds[position]) > KIND_CODE["summary"]:
             return None
-        episode = codec.episode_from_record(self.documents[position], self.metadatas[position])
+        if self.metadatas is not None:
+            metadata = self.metadatas[position]
+        elif self.episode_metadatas is not None and record_id in self.episode_metadatas:
+            metadata = self.episode_metadatas[record_id]
+        else:
+            return None
+        episode = codec.episode_from_record(self.documents[position], metadata)
         self.keep_parsed([episode])
         return episode
 
@@ -230,11 +244,16 @@ def rows_bytes(snapshot: GroupSnapshot, positions: Iterable[int]) -> int:
         total += len(snapshot.message_ids[p]) + 56 if snapshot.message_ids[p] else 0
         total += len(snapshot.titles[p]) + 56 if snapshot.titles[p] else 0
         if snapshot.metadatas is not None:
-            metadata = snapshot.metadatas[p]
-            total += 232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values())
+            total += metadata_bytes(snapshot.metadatas[p])
+        elif snapshot.episode_metadatas is not None and snapshot.ids[p] in snapshot.episode_metadatas:
+            total += metadata_bytes(snapshot.episode_metadatas[snapshot.ids[p]])
         if snapshot.directions is not None and snapshot.directions.ndim == 2:
             total += 4 * snapshot.directions.shape[1]
     return total
+
+
+def metadata_bytes(metadata: dict[str, Any]) -> int:
+    return 232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values())
 
 
 def messages_bytes(messages: Iterable[Message]) -> int:
@@ -251,9 +270,9 @@ def estimate_bytes(snapshot: GroupSnapshot) -> int:
     positions = sys.getsizeof(snapshot.positions)
     full = 0
     if snapshot.metadatas is not None:
-        full += sum(
-            232 + 32 * len(metadata) + sum(len(str(v)) for v in metadata.values()) for metadata in snapshot.metadatas
-        )
+        full += sum(metadata_bytes(metadata) for metadata in snapshot.metadatas)
+    if snapshot.episode_metadatas is not None:
+        full += sum(metadata_bytes(metadata) for metadata in snapshot.episode_metadatas.values())
     if snapshot.directions is not None:
         full += snapshot.directions.nbytes
     if snapshot.messages:

@@ -146,12 +146,15 @@ class Direction:
 
 
 def by_record(snapshot: GroupSnapshot) -> dict[str, tuple[Any, ...]]:
-    """Everything a snapshot says of each record, keyed by id (the stored order may differ)."""
+    """Everything a snapshot says of each record, keyed by id (the stored order may differ): past the full bound,
+    an episode's metadata too."""
     found = {}
+    held = snapshot.episode_metadatas or {}
     for position, record_id in enumerate(snapshot.ids):
         record = snapshot.record(position)
         direction = Direction(snapshot.directions[position] if snapshot.directions is not None else None)
-        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction)
+        episode = tuple(sorted(held[record_id].items())) if record_id in held else None
+        found[record_id] = (record.document, tuple(sorted(record.metadata.items())), direction, episode)
     return found
 
 

@@ -26,6 +26,7 @@ from memory.readmodel.files import CLAIMED, FOLDER, file_name
 from memory.readmodel.model import ReadModel
 from memory.store.connection import close_embedded, open_connection
 from memory.store.factory import open_store
+from memory.store.vectors import VectorStore
 from retrieval.keyword import KeywordIndex, keyword_index
 
 # Restarts of the embedded engine in every test: in the whole command, not the quick loop.
@@ -76,6 +77,19 @@ def reads(service: Epimem) -> list[Any]:
     return answers(service, GROUP, QUERIES)
 
 
+def chroma_episode_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many episodes each read of episodes from Chroma asks for, from now on."""
+    asked: list[int] = []
+    read = VectorStore.episodes
+
+    def episodes(store: VectorStore, group_id: str, **how: Any) -> list[Any]:
+        asked.append(len(how.get("ids") or ()))
+        return read(store, group_id, **how)
+
+    monkeypatch.setattr(VectorStore, "episodes", episodes)
+    return asked
+
+
 def assert_equals_a_fresh_build(service: Epimem) -> None:
     store = service.memory.store
     kept = service.read_model.snapshot(GROUP, fresh=True)
@@ -97,12 +111,17 @@ def assert_equals_a_fresh_build(service: Epimem) -> None:
 
 
 @pytest.mark.parametrize("tier", ["full", "vectors", "columns-only"])
-def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(start: Callable[..., Epimem], tier: str) -> None:
+def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(
+    start: Callable[..., Epimem], tier: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     service = start(tier=tier)
     seed(service)
     expected = reads(service)
     service = start(tier=tier)  # the last run kept its snapshot
+    episode_reads = chroma_episode_reads(monkeypatch)
     assert reads(service) == expected
+    # A snapshot that keeps the vectors keeps the episodes' metadata too: no request reads an episode from Chroma.
+    assert (episode_reads == []) == (tier != "columns-only")
     cache = service.stats().read_cache
     assert cache is not None and cache.loads == 1 and cache.full_groups == int(tier == "full")
     assert (service.read_model.snapshot(GROUP).directions is None) == (tier == "columns-only")
