@@ -29,7 +29,7 @@ from memory.readmodel.snapshot import (
     rows_bytes,
 )
 from memory.store.changes import Change
-from memory.store.records import EPISODE_KINDS, VectorRecord
+from memory.store.records import VectorRecord
 
 T = TypeVar("T")
 
@@ -196,7 +196,7 @@ def patch(
     if snapshot.episode_metadatas is not None:
         held = dict(snapshot.episode_metadatas)
         for record_id, record in touched.items():
-            if record is not None and record.metadata.get("kind") in EPISODE_KINDS:
+            if record is not None and record.is_episode:
                 held[record_id] = dict(record.metadata)
             else:
                 held.pop(record_id, None)
