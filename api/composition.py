@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from api.settings import Settings, load_settings
+from memory.background import set_background_nice
 from memory.embedding.embedder import SentenceTransformerEmbedder, ServiceEmbedder
 from memory.embedding.lazy import LazyEmbedder
 from memory.engine.folder_lock import release_folder
@@ -57,6 +58,7 @@ def build_service(
     ``embedder`` lets several services in one process share one
     loaded model (tests, notebooks); ``generator`` replaces the configured episode generator (tests)."""
     settings = load_settings(settings, **overrides)
+    set_background_nice(settings.background_nice)  # process-wide, like the scheduler it tells
     closers = ExitStack()
     try:
         return _build(settings, closers, background=background, embedder=embedder, generator=generator)

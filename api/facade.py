@@ -21,6 +21,7 @@ from api.corrections import Corrections
 from api.operations import Operations
 from api.settings import Settings
 from memory import tracing
+from memory.background import searching
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
@@ -142,15 +143,17 @@ class Epimem(Corrections, Operations):
     @memory_operation("search_memory", tracing.on_query, tracing.returned)
     def search(self, group_id: str, query: str | SearchQuery, **options: Any) -> list[SearchHit]:
         require_scope_ids(group_id)
-        return self.searcher.search(
-            group_id, query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
-        )
+        with searching():  # background writes wait (memory.background)
+            return self.searcher.search(
+                group_id, query if isinstance(query, SearchQuery) else SearchQuery(query=query, **options)
+            )
 
     @memory_operation("search_memory", tracing.on_query, tracing.cited)
     def context(self, group_id: str, query: str | ContextQuery, **options: Any) -> ContextResult:
         require_scope_ids(group_id)
         request = query if isinstance(query, ContextQuery) else ContextQuery(query=query, **options)
-        return self.context_builder.build(group_id, request)
+        with searching():
+            return self.context_builder.build(group_id, request)
 
     def timeline(
         self,

@@ -10,7 +10,6 @@ formation is finished in the background at startup.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -32,6 +31,7 @@ from api.http.routes import ops, v1
 from api.http.telemetry import setup_tracing
 from api.mcp.http import mount_mcp
 from api.settings import Settings, load_settings
+from memory.background import background_thread
 from memory.errors import EpimemError
 
 log = logging.getLogger("epimem.api")
@@ -75,7 +75,7 @@ def create_app(service: Epimem | None = None, settings: Settings | None = None) 
             app.state.service.embedder.load()  # a server loads its model before it listens
             attach_access(app, app.state.service)
         start_access(app)
-        recovery = threading.Thread(target=_recover, args=(app, app.state.service), name="epimem-recovery", daemon=True)
+        recovery = background_thread(_recover, args=(app, app.state.service), name="epimem-recovery")
         recovery.start()
         if not keys.enabled:
             log.info("local mode: no API keys configured, every request is allowed")

@@ -281,6 +281,16 @@ class Settings(BaseSettings):
         "348,853); stored whole and verbatim, in document-sized records.",
     )
 
+    background_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="How much the threads that form episodes, recover after a start, keep read snapshots current, "
+        "sweep and deliver webhooks raise their nice value (Linux), so that requests are answered first; 0 = not at "
+        "all. Background threads also wait (at most 0.25 s) before each Chroma write or embedding batch while a search "
+        "is in flight.",
+    )
+
     # Operating many tenants: retention sweeps, change events to webhooks.
     retention_sweep_interval_s: float = Field(
         default=3600.0,

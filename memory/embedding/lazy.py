@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from memory.background import yield_to_searches
 from memory.embedding.embedder import (
     BUNDLED_MODEL_NAME,
     Backend,
@@ -94,6 +95,7 @@ class LazyEmbedder(SentenceTransformerEmbedder):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        yield_to_searches()  # a background batch starts between searches (memory.background)
         return self.model().embed_batch(texts)
 
     def embed_query(self, text: str) -> np.ndarray:

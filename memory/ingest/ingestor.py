@@ -4,8 +4,10 @@ Episode formation is a three-step write-ahead protocol per segment, so that a cr
 point neither loses nor duplicates anything:
 
 1. the segment's messages are marked FORMING with the (deterministic) episode id they will get;
-2. the episode is written, then the message vectors that name it (upserts, idempotent by id): until a
-   message's vector names its episode, readers find it in its session's open episode, so a reader never
+2. the episode is written, then the message vectors that name it (upserts, idempotent by id; a message whose
+   vector record holds its vector since it was added gets the episode's id in that record's metadata, an
+   update that never creates a record, so a message deleted meanwhile stays deleted): until a message's
+   vector names its episode, readers find it in its session's open episode, so a reader never
    meets a message whose episode it cannot read;
 3. the messages are marked DONE.
 
@@ -49,6 +51,10 @@ from memory.timeutil import utc_now
 
 log = logging.getLogger("epimem.ingest")
 MessageVectors = dict[tuple[str, str, str], np.ndarray]  # (group, session, message id) -> vector
+# Messages whose vector was read back from their own vector record (written when they were added): a formation
+# only names their episode in that record (a metadata update), instead of writing the vector again (an upsert
+# re-indexes every vector it writes: ~20 times the time of the update, the interpreter held throughout).
+Indexed = set[tuple[str, str, str]]
 
 
 class Ingestor:
@@ -118,6 +124,7 @@ class Ingestor:
         next embedding runs; it returns once they have all landed."""
         with self._coordinator.hold(sessions), OrderedWriter() as writer:
             message_vectors: MessageVectors = {}
+            indexed: Indexed = set()
             if self._generation_concurrency > 1 and len(sessions) > 1:  # an LLM segmenter waits on the LLM
                 with ThreadPoolExecutor(min(self._generation_concurrency, len(sessions))) as pool:
                     planned = list(
@@ -127,14 +134,15 @@ class Ingestor:
                 planned = [self._plan(g, s, close_tail, final_reason, embedded) for g, s in sessions]
             jobs: list[GenerationJob] = []
             forming: dict[str, list[StoredMessage]] = defaultdict(list)
-            for session_jobs, vectors, plans in planned:
+            for session_jobs, vectors, plans, read_back in planned:
                 jobs += session_jobs
                 message_vectors.update(vectors)
+                indexed |= read_back
                 for stored in plans:
                     forming[stored.group_id].append(stored)
             if forming:
                 writer.submit(lambda: self._write_plans(forming))
-            formed = self._execute(jobs, message_vectors, writer) if jobs else []
+            formed = self._execute(jobs, message_vectors, indexed, writer) if jobs else []
             self._announce(formed)  # inside the sessions' locks: a session's events keep their order
             return formed
 
@@ -162,14 +170,15 @@ class Ingestor:
         close_tail: bool,
         final_reason: BoundaryReason,
         embedded: Embedded | None,
-    ) -> tuple[list[GenerationJob], MessageVectors, list[StoredMessage]]:
+    ) -> tuple[list[GenerationJob], MessageVectors, list[StoredMessage], Indexed]:
         """The session's jobs: those planned before a crash, then the new segments of its pending
-        messages; their message vectors; the step-1 records to write for the new ones."""
+        messages; their message vectors; the step-1 records to write for the new ones; the messages whose
+        vectors were read back from their records."""
         unfinished = self._log.list_messages(group_id, session_id, states=[MessageState.PENDING, MessageState.FORMING])
         resumed = resumed_jobs(group_id, session_id, unfinished)
         pending = [s.message for s in unfinished if s.state is MessageState.PENDING]
         if not pending:
-            return resumed, {}, []
+            return resumed, {}, [], set()
         texts = [message_line(m) for m in pending]
         given = embedded or {}
         known = [given.get((group_id, session_id, m.id)) for m in pending]
@@ -177,6 +186,7 @@ class Ingestor:
             found[1] if found is not None and found[0] == text else None
             for found, text in zip(known, texts, strict=True)
         ]
+        stored: dict[str, np.ndarray] = {}
         if any(vector is None for vector in vectors):  # embedded when they were added (live memory)
             stored = self.intake.stored_vectors(
                 group_id, session_id, [m for m, v in zip(pending, vectors, strict=True) if v is None]
@@ -210,7 +220,7 @@ class Ingestor:
             for job in jobs
             for m in job.segment.messages
         ]
-        return resumed + jobs, found_vectors, plans
+        return resumed + jobs, found_vectors, plans, {(group_id, session_id, message_id) for message_id in stored}
 
     def _closed(self, segments: list[Segment], stored: Mapping[str, StoredMessage]) -> list[Segment]:
         """The segments a later cut has closed; the open tail too when it is full, or when the session
@@ -241,7 +251,7 @@ class Ingestor:
                     self._log.set_states(group_id, stored[start : start + WRITE_BATCH])
 
     def _execute(
-        self, jobs: list[GenerationJob], message_vectors: MessageVectors, writer: OrderedWriter
+        self, jobs: list[GenerationJob], message_vectors: MessageVectors, indexed: Indexed, writer: OrderedWriter
     ) -> list[Episode]:
         """Steps 2 and 3: generate, embed and write the episodes, then their messages' vectors, then mark the
         messages done."""
@@ -257,6 +267,7 @@ class Ingestor:
             for (g, s, m), vector in zip(missing, vectors, strict=True):
                 message_vectors[(g, s, m.id)] = vector
         messages: dict[str, dict[str, list[VectorRecord]]] = defaultdict(lambda: defaultdict(list))
+        named: dict[tuple[str, str], list[VectorRecord]] = defaultdict(list)  # (indexed: their episode named)
         done: dict[str, list[StoredMessage]] = defaultdict(list)
         for job in jobs:
             for message in job.segment.messages:
@@ -268,8 +279,11 @@ class Ingestor:
                     episode_id=job.episode_id,
                     boundary_reason=job.segment.boundary_reason,
                 )
-                vector = message_vectors[(job.group_id, job.session_id, message.id)]
-                messages[job.group_id][job.session_id].append(VectorRecord.of_message(stored, vector))
+                key = (job.group_id, job.session_id, message.id)
+                if key in indexed:
+                    named[(job.group_id, job.session_id)].append(VectorRecord.of_message(stored))
+                else:
+                    messages[job.group_id][job.session_id].append(VectorRecord.of_message(stored, message_vectors[key]))
                 done[job.group_id].append(stored)
         partitions = sorted({(job.group_id, job.session_id) for job in jobs})
         episodes, episode_vectors = self._generate_and_embed(jobs)
@@ -279,6 +293,7 @@ class Ingestor:
         # The episodes before their messages' vectors (step 2 of the module's docstring).
         writer.submit(lambda: self._write_vectors(partitions, records))
         writer.submit(lambda: self._write_vectors(partitions, messages))
+        writer.submit(lambda: self._name_episodes(partitions, named))
         writer.submit(lambda: self._mark_done(done))
         writer.wait()
         self.timings.count_episodes(len(episodes))
@@ -314,6 +329,16 @@ class Ingestor:
         with self.timings.stage("storage"):
             for group_id, by_session in records.items():
                 self._vectors.upsert_sessions(group_id, by_session)
+
+    def _name_episodes(
+        self, partitions: list[tuple[str, str]], named: Mapping[tuple[str, str], list[VectorRecord]]
+    ) -> None:
+        """Step 2 for the messages whose vector records hold their vectors: each record names its episode."""
+        self._coordinator.verify(partitions)
+        with self.timings.stage("storage"):
+            for (group_id, session_id), records in named.items():
+                updates = [{"episode_id": record.metadata["episode_id"]} for record in records]
+                self._vectors.update_metadata(group_id, session_id, [record.id for record in records], updates)
 
     def _mark_done(self, done: Mapping[str, list[StoredMessage]]) -> None:
         """Step 3: a state update, which keeps each message's receipt time and sequence, and never

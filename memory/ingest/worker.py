@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterable
 
+from memory.background import background_thread
 from memory.errors import EpimemError
 from memory.ingest.ingestor import Ingestor
 from memory.timeutil import utc_now
@@ -51,7 +52,7 @@ class FormationWorker:
         self._timers: list[tuple[float, Key]] = []  # heap of (deadline, session); stale entries skipped
         self._next_scan = time.monotonic() + (self._scan_interval or 0.0)
         self.failures = 0
-        self._thread = threading.Thread(target=self._run, name="epimem-formation", daemon=True)
+        self._thread = background_thread(self._run, name="epimem-formation")
         self._thread.start()
 
     def submit(self, group_id: str, session_id: str) -> None:

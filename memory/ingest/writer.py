@@ -15,10 +15,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
+from memory.background import in_background, mark_background
+
 
 class OrderedWriter:
     def __init__(self, name: str = "epimem-writer") -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        # A background thread's writes are background writes too (memory.background).
+        initializer = mark_background if in_background() else None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=initializer)
         self._futures: list[Future[Any]] = []
         self._failed: BaseException | None = None
 

@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from memory.background import background_thread
 from memory.errors import EpimemError
 from memory.lifecycle.retention import RetentionReceipt
 
@@ -30,7 +31,7 @@ class RetentionSweeper:
         self._stop = threading.Event()
         self.rounds = 0
         self.failures = 0
-        self._thread = threading.Thread(target=self._run, name="epimem-retention", daemon=True)
+        self._thread = background_thread(self._run, name="epimem-retention")
         self._thread.start()
 
     def run_once(self) -> list[RetentionReceipt]:

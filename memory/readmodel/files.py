@@ -96,6 +96,11 @@ class SnapshotFiles:
         self._lock = threading.Lock()
         self._users = 0
         self._loadable: set[str] = set()  # groups whose claimed file is still valid
+        # Set by the read model that keeps its snapshots here: whether it would load a group's file now. A write
+        # to such a group takes the file's bytes before it scrubs it (``take``): the first write after a start
+        # does not throw away what the next read would load.
+        self.wanted: Callable[[str], bool] | None = None
+        self._taken: dict[str, bytes] = {}
         self.loads = self.writes = self.scrubs = 0
 
     # -- the claim ----------------------------------------------------------------------------------
@@ -141,6 +146,8 @@ class SnapshotFiles:
             if self._users:
                 if name in self._loadable:
                     self._loadable.discard(name)
+                    if self.wanted is not None and self.wanted(group_id):
+                        self._taken[group_id] = (self.claimed / name).read_bytes()
                     scrub(self.claimed / name)
                     self.scrubs += 1
             elif (self.folder / name).exists():  # no cache open: still never a stale file
@@ -155,10 +162,26 @@ class SnapshotFiles:
             if name not in self._loadable:
                 return None
             data = (self.claimed / name).read_bytes()
+        return self._parsed(group_id, version, data, count, derivations)
+
+    def take(self, group_id: str, version: Version, derivations: Derivations) -> GroupSnapshot | None:
+        """The snapshot whose file a write just took (``wanted``) and scrubbed, labelled ``version``: the group's
+        version before that write, which is not counted yet (the next read patches it in)."""
+        with self._lock:
+            data = self._taken.pop(group_id, None)
+        return None if data is None else self._parsed(group_id, version, data, None, derivations)
+
+    def _parsed(
+        self, group_id: str, version: Version, data: bytes, count: int | None, derivations: Derivations
+    ) -> GroupSnapshot | None:
+        """``data`` read as the group's snapshot; None when it is of another format or group, or does not hold
+        ``count`` records (None: taken from the file under the protocol, it is the group at ``version``)."""
         with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
             loaded = {key: arrays[key] for key in arrays.files}
         meta = _json(loaded, "meta")
-        if meta.get("format") != FORMAT or meta.get("group_id") != group_id or meta.get("count") != count:
+        if meta.get("format") != FORMAT or meta.get("group_id") != group_id:
+            return None
+        if count is not None and meta.get("count") != count:
             return None
         snapshot = _snapshot(group_id, version, loaded, meta)
         for key, derivation in derivations.items():

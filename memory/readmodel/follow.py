@@ -16,6 +16,7 @@ import logging
 import threading
 from typing import Protocol
 
+from memory.background import background_thread
 from memory.readmodel.snapshot import GroupSnapshot
 from memory.store.changes import JOURNAL
 
@@ -54,7 +55,7 @@ class Follower:
                 return
             self._pending[group_id] = None
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="epimem-snapshot-follow", daemon=True)
+                self._thread = background_thread(self._run, name="epimem-snapshot-follow")
                 self._thread.start()
             self._changed.notify_all()
 

@@ -16,11 +16,10 @@ path publishes, ``memory.store.changes``, are applied to it by ``memory.readmode
   Chroma but its one vector query;
 - the group's configuration and sessions (the names a client set for speakers).
 
-Snapshots are kept per group, least recently used first out, within a byte bound; a group bigger
-than the bound on its own is still kept while it is the one in use (its keyword index serves every
-search), everything else goes. Correctness: a snapshot is used only while the group's version is
-the one it was built at; the local part of the version is checked on every use (free), the shared
-stamp of a Chroma server at most once per ``recheck_s`` per thread and group, and always at the
+Snapshots are kept per group, least recently used first out, within a byte bound; a group bigger than the
+bound on its own is still kept while it is the one in use, everything else goes. Correctness: a snapshot is used
+only while the group's version is the one it was built at; the local part of the version is checked on every use
+(free), the shared stamp of a Chroma server at most once per ``recheck_s`` per thread and group, and always at the
 start of a search (``fresh=True``).
 """
 
@@ -88,11 +87,9 @@ class ReadModel:
         self.max_bytes = max_bytes
         self.max_groups = max_groups
         self.full_group_bytes = full_group_bytes if full_group_bytes is not None else max_bytes // 2
-        # Past the full bound, a group within this one keeps its unit vectors and messages (not its
-        # records' metadata): a request then reads neither from Chroma nor from the log.
+        # Past the full bound, a group within this one keeps its unit vectors, messages and episodes' metadata.
         self.vector_group_bytes = vector_group_bytes if vector_group_bytes is not None else max_bytes
-        # A group of more records than this, read from Chroma, is read as columns first and the rest in
-        # the background (memory.readmodel.build); None: always in one step.
+        # A group of more records, read from Chroma, is read as columns first, the rest later; None: never.
         self.two_step_records = two_step_records
         self._upgrades = Upgrades(self._read_whole, self.install_upgrade, self._deferred)
         self._lock = threading.Lock()
@@ -111,11 +108,11 @@ class ReadModel:
         self._files = files if persist else None
         if self._files is not None:
             self._files.open()
-        # Kept snapshots exist for embedded folders only: there the groups this process writes are followed,
-        # so a write-only fill is kept at close too (memory.readmodel.follow).
+        # Embedded folders only: the groups this process writes are followed, so a write-only fill is kept at close.
         self._follower = Follower(self) if self._files is not None else None
-        if self._follower is not None:
-            store.connection.feed.subscribe(self._follower.written)
+        if self._files is not None:
+            self._files.wanted = lambda group_id: self.cached(group_id) is None and self.has_room()
+            store.connection.feed.subscribe(self._written)
 
     def register(self, *derivations: Derivation[Any]) -> None:
         """Derivations to patch with their group, keep on disk with it and restore from there (by key: a
@@ -230,8 +227,7 @@ class ReadModel:
         )
 
     def _deferred(self, group_id: str) -> bool:
-        cached = self.cached(group_id)
-        return cached is not None and cached.deferred
+        return (cached := self.cached(group_id)) is not None and cached.deferred
 
     def writes_to(self, group_id: str) -> int:
         return self._versions.local(group_id)
@@ -240,6 +236,17 @@ class ReadModel:
         with self._lock:
             used = sum(snapshot.total_bytes for snapshot in self._entries.values())
             return len(self._entries) < self.max_groups and used < self.max_bytes
+
+    def _written(self, group_id: str) -> None:
+        """A write to the group is about to be counted: a snapshot taken from its kept file by the write is cached
+        at the version before it (the next read patches the write in); then the follower hears of it."""
+        files, follower, version = self._files, self._follower, self._versions.now(group_id, fresh=False, cached=False)
+        taken = files.take(group_id, version, self._derivations) if files is not None else None  # (None: closed)
+        if taken is not None and self.cached(group_id) is None:
+            self.loads += 1
+            self._install(taken)
+        if follower is not None:
+            follower.written(group_id)
 
     def wait_followed(self, timeout: float | None = None) -> bool:
         """Until the writes so far have been followed (tests, benchmarks)."""

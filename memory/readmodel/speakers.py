@@ -1,5 +1,6 @@
 """A group's speakers (``GroupReader.speakers``), kept with its version: carried to the next version when a
-write only added records (these and the new messages' speakers), read again otherwise."""
+write only added records or rewrote some without changing their speakers (those before and the new messages'),
+read again otherwise."""
 
 from __future__ import annotations
 
@@ -24,9 +25,24 @@ class Speakers(Derivation[frozenset[str]]):
 
     def patched(self, value: frozenset[str], columns: Columns, patch: Patch, previous: Columns) -> frozenset[str]:
         kept = patch.old_of_new >= 0
-        if len(patch.rewritten) or int(np.count_nonzero(kept)) != len(previous):
+        if int(np.count_nonzero(kept)) != len(previous) or not _same_speakers(columns, patch, previous):
             return _speakers(columns)
         return value | _speakers(columns, np.flatnonzero(~kept))
+
+
+def _same_speakers(columns: Columns, patch: Patch, previous: Columns) -> bool:
+    """Whether every rewritten row is what it was and names the speaker it named (a formation only names the
+    episode of its messages): then no speaker went, and the group's are those before and the new rows'."""
+    assert isinstance(columns, GroupSnapshot) and isinstance(previous, GroupSnapshot)
+    for row in patch.rewritten.tolist():
+        old = int(patch.old_of_new[row])
+        if columns.kinds[row] != previous.kinds[old] or columns.producers[row] != previous.producers[old]:
+            return False
+        if columns.kinds[row] == MESSAGE and columns.messages is not None and previous.messages is not None:
+            now, before = columns.messages.get(columns.ids[row]), previous.messages.get(previous.ids[old])
+            if (now is None) != (before is None) or (now and before and now.speaker != before.speaker):
+                return False
+    return True
 
 
 def _speakers(columns: Columns, rows: np.ndarray | None = None) -> frozenset[str]:

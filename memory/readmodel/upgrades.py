@@ -9,6 +9,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from memory.background import background_thread
 from memory.readmodel.build import ReadCancelled
 from memory.readmodel.snapshot import GroupSnapshot
 from memory.store.group_reads import READ_ERRORS
@@ -38,7 +39,7 @@ class Upgrades:
         with self._lock:
             if self._stopping or group_id in self._threads:
                 return
-            thread = threading.Thread(target=self._run, args=(group_id,), name="epimem-snapshot-read", daemon=True)
+            thread = background_thread(self._run, args=(group_id,), name="epimem-snapshot-read")
             self._threads[group_id] = thread
         thread.start()
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from memory.background import yield_to_searches
 from memory.store.paging import list_ids
 from memory.store.quotas import (
     CONCURRENT_READS,
@@ -107,6 +108,8 @@ class BoundedCollection:
         return self.chroma.configuration
 
     def _call(self, call: Callable[[], T], *, write: bool) -> T:
+        if write:
+            yield_to_searches()  # memory.background: a background write does not hold a search up
         with self._slots.hold(self.name, write=write):
             return call()
 

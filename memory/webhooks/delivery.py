@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import httpx
 from pydantic import BaseModel
 
+from memory.background import background_thread
 from memory.errors import EpimemError
 from memory.events import ChangeEvent
 from memory.store.webhook_store import WebhookStore
@@ -194,7 +195,7 @@ class DeliveryWorker:
         self._poll = poll_s
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="epimem-webhooks", daemon=True)
+        self._thread = background_thread(self._run, name="epimem-webhooks")
         self._thread.start()
 
     def nudge(self) -> None:

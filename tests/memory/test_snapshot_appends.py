@@ -101,3 +101,27 @@ def test_a_snapshot_keeps_a_bounded_number_of_parsed_episodes(
     monkeypatch.setattr(group_snapshot, "PARSED_EPISODES_KEPT", 4096)
     again = service.search(group_id, "Rex at the lake", k=5)
     assert [hit.episode.uuid for hit in bounded] == [hit.episode.uuid for hit in again] and bounded
+
+
+def test_a_formation_keeps_the_snapshots_vectors_where_they_are(
+    make_service: Callable[..., Epimem], backend: str, group_id: str
+) -> None:
+    """Forming episodes of live messages names their episode in their records: the patched snapshot keeps the
+    unit vectors it had (no copy of the group's vectors) and appends the episodes' after them."""
+    import numpy as np
+
+    service = make_service()
+    service.add_messages(group_id, "s", messages(6, prefix="a"))
+    service.search(group_id, "Rex", k=3)  # read from Chroma
+    service.add_messages(group_id, "s", messages(1, prefix="b"))
+    service.search(group_id, "Rex", k=3)  # extended: its vectors now have room after them
+    before = service.read_model.snapshot(group_id)
+    assert before.directions is not None
+    service.flush(group_id, "s")
+    service.search(group_id, "Rex", k=3)
+    after = service.read_model.snapshot(group_id)
+    assert after.version != before.version and after.directions is not None
+    assert len(after) > len(before) and np.shares_memory(after.directions, before.directions)
+    assert np.array_equal(after.directions[: len(before)], before.directions)
+    store = service.memory.store
+    same(after, ReadModel(open_store(store.connection, model_id=store.model_id)).snapshot(group_id))

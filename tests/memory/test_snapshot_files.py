@@ -1,8 +1,8 @@
 """Read snapshots kept on disk between two runs (memory.readmodel.files, embedded Chroma): a
 snapshot loaded at the next start reads exactly like one built from Chroma (full and columns-only, its
-keyword index restored); a file is never used once the group was written after it, nor one a process
-left behind without closing, nor one that does not match the group; a delete scrubs the file at once,
-so no deleted text stays in it. On a Chroma server nothing is kept on disk."""
+keyword index restored); a file is never used once the group was written after it (the first write takes
+its snapshot, then scrubs it), nor one a process left behind without closing, nor one that does not match the
+group; a delete scrubs the file at once, so no deleted text stays in it. On a Chroma server nothing is kept on disk."""
 
 from __future__ import annotations
 
@@ -128,23 +128,42 @@ def test_a_snapshot_loaded_at_start_reads_like_one_built_from_chroma(
     assert_equals_a_fresh_build(service)
 
 
-def test_a_group_written_after_its_file_is_read_from_chroma(start: Callable[..., Epimem], tmp_path: Path) -> None:
+@pytest.mark.parametrize("tier", ["full", "columns-only"])
+def test_the_first_write_after_a_start_keeps_the_files_snapshot_not_the_file(
+    start: Callable[..., Epimem], tmp_path: Path, tier: str
+) -> None:
+    service = start(tier=tier)
+    seed(service)
+    reads(service)
+    service = start(tier=tier)
+    kept = tmp_path / "data" / CLAIMED / file_name(GROUP)
+    assert kept.is_file()
+    service.add_messages(GROUP, "s1", [{"id": "late", "content": "A late word about the velodrome."}])
+    assert not kept.exists()  # the write scrubbed it before it was counted...
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 1 and cache.groups == 1  # ...having taken its snapshot first
+    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text  # the write patched in
+    assert service.stats().read_cache.extensions >= 1  # type: ignore[union-attr]
+    assert_equals_a_fresh_build(service)
+    service = start(tier=tier)  # kept at close, with the late word
+    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
+    cache = service.stats().read_cache
+    assert cache is not None and cache.loads == 1
+
+
+def test_a_delete_as_the_first_write_after_a_start_leaves_nothing_of_it(
+    start: Callable[..., Epimem], tmp_path: Path
+) -> None:
     service = start()
     seed(service)
     reads(service)
     service = start()
-    kept = tmp_path / "data" / CLAIMED / file_name(GROUP)
-    assert kept.is_file()
-    service.add_messages(GROUP, "s1", [{"id": "late", "content": "A late word about the velodrome."}])
-    assert not kept.exists()  # the write scrubbed it before it was counted
-    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
-    cache = service.stats().read_cache
-    assert cache is not None and cache.loads == 0
+    service.delete_message(GROUP, "s2", "secret")
+    assert not [p for p in scan(tmp_path / "data") if "read-snapshots" in p]
+    kept = service.read_model.cached(GROUP)
+    assert kept is not None and MARKER not in str(by_record(kept))  # the taken snapshot was patched at once
+    assert MARKER not in service.context(GROUP, MARKER, token_budget=300).text
     assert_equals_a_fresh_build(service)
-    service = start()  # kept at close, with the late word
-    assert "velodrome" in service.context(GROUP, "velodrome", token_budget=300).text
-    cache = service.stats().read_cache
-    assert cache is not None and cache.loads == 1
 
 
 def test_files_left_by_a_process_that_did_not_close_are_never_used(

@@ -123,6 +123,38 @@ def test_multi_partition_writes_reach_partitions_and_index(service: Epimem, grou
     assert len(vectors.records(group_id, selection=RecordFilter(session_ids=("s3",)))) == 0
 
 
+def test_formation_names_the_episode_in_message_records_without_writing_their_vectors_again(
+    service: Epimem, group_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memory.store.codec import message_record_id
+    from memory.store.records import RecordFilter, RecordKind
+
+    vectors = service.memory.store.vectors
+    messages = batch("a", 6)
+    service.add_messages(group_id, "s1", messages)  # live memory: each message's record holds its vector
+    wanted = RecordFilter(kinds=(RecordKind.MESSAGE,))
+    before = {r.id: r.embedding for r in vectors.records(group_id, selection=wanted, embeddings=True)}
+    written: list[str] = []
+    upsert_sessions = type(vectors).upsert_sessions
+
+    def spied(store: Any, group: str, records: Any) -> None:
+        written.extend(record.id for found in records.values() for record in found)
+        upsert_sessions(store, group, records)
+
+    monkeypatch.setattr(type(vectors), "upsert_sessions", spied)
+    episodes = service.flush(group_id, "s1")
+    ids = {message_record_id("s1", m.id) for m in messages}
+    assert episodes and written and not ids & set(written)  # the episodes were written, no message record
+    after = vectors.records(group_id, selection=wanted, embeddings=True)
+    named = {message_record_id("s1", m): e.uuid for e in episodes for m in e.source_message_ids}
+    assert {r.id: r.metadata["episode_id"] for r in after} == named and set(named) == ids
+    assert all(np.array_equal(r.embedding, before[r.id]) for r in after)
+    for message in messages:  # found in their episodes
+        assert (
+            service.search(group_id, message.content, k=1)[0].episode.uuid == named[message_record_id("s1", message.id)]
+        )
+
+
 class SlowLLM:
     """The stand-in OpenAI server answering every call after ``delay`` seconds."""
 
