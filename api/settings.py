@@ -285,10 +285,10 @@ class Settings(BaseSettings):
         default=10,
         ge=0,
         le=19,
-        description="How much the threads that form episodes, recover after a start, keep read snapshots current, "
-        "sweep and deliver webhooks raise their nice value (Linux), so that requests are answered first; 0 = not at "
-        "all. Background threads also wait (at most 0.25 s) before each Chroma write or embedding batch while a search "
-        "is in flight.",
+        description="How much the threads that recover after a start, keep read snapshots current, sweep and "
+        "deliver webhooks raise their nice value (Linux), so that requests are answered first; 0 = not at all. "
+        "Episode formation keeps its priority (it keeps up with a steady stream of adds); all of these threads wait "
+        "(at most 0.25 s) before each Chroma write or embedding batch while a search is in flight.",
     )
 
     # Operating many tenants: retention sweeps, change events to webhooks.

@@ -6,7 +6,9 @@ for the same cores: a search answered while a formation embeds a batch took seve
 thread's nice value is its own (and the threads it starts inherit it, the model's worker threads included), so
 each background thread raises its own by ``EPIMEM_BACKGROUND_NICE``: the scheduler then runs a request first and
 the background work in the time left, which on a machine not answering requests is all of it. Elsewhere nice is
-per process, and nothing is changed.
+per process, and nothing is changed. The formation worker keeps its priority: under a steady stream of adds it
+would fall ever further behind them (every pending message is recalled, but the backlog grows, and a restart
+meets it); it gives way to searches only, as below.
 
 Embedded Chroma holds the interpreter for the whole of a call: a write of a few hundred records holds every other
 thread of the process for tens of milliseconds, and a search that needs the interpreter a few times waited behind
@@ -58,11 +60,17 @@ def lower_this_thread() -> None:
         os.setpriority(os.PRIO_PROCESS, thread, wanted)
 
 
-def background_thread(target: Callable[..., Any], *, name: str, args: tuple[Any, ...] = ()) -> threading.Thread:
-    """A daemon thread (not started) that lowers its own priority, then runs ``target(*args)``."""
+def background_thread(
+    target: Callable[..., Any], *, name: str, args: tuple[Any, ...] = (), lower: bool = True
+) -> threading.Thread:
+    """A daemon thread (not started) that lowers its own priority (unless not ``lower``: it only gives way to
+    searches), then runs ``target(*args)``."""
 
     def run() -> None:
-        lower_this_thread()
+        if lower:
+            lower_this_thread()
+        else:
+            mark_background()
         target(*args)
 
     return threading.Thread(target=run, name=name, daemon=True)

@@ -52,7 +52,7 @@ class FormationWorker:
         self._timers: list[tuple[float, Key]] = []  # heap of (deadline, session); stale entries skipped
         self._next_scan = time.monotonic() + (self._scan_interval or 0.0)
         self.failures = 0
-        self._thread = background_thread(self._run, name="epimem-formation")
+        self._thread = background_thread(self._run, name="epimem-formation", lower=False)  # memory.background: why
         self._thread.start()
 
     def submit(self, group_id: str, session_id: str) -> None:

@@ -35,6 +35,11 @@ def test_a_background_thread_and_the_threads_it_starts_run_at_a_lower_priority()
     assert seen == {"nice": expected, "background": True, "writer_nice": expected, "writer_background": True}
     assert not in_background() and niceness() < expected  # the caller's own thread is untouched
 
+    formation = background_thread(lambda: seen.update(kept=niceness(), marked=in_background()), name="f", lower=False)
+    formation.start()
+    formation.join(timeout=30)
+    assert (seen["kept"], seen["marked"]) == (niceness(), True)  # gives way to searches, keeps its priority
+
 
 def test_a_background_write_waits_for_the_searches_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(background, "MAX_YIELD_S", 60.0)  # here the wait ends with the search, not the bound
