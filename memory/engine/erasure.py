@@ -90,8 +90,9 @@ def _open(folder: Path, *, read_only: bool = False) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None)
 
 
-# A message's vector record is written when the message is added (under its session's open episode) and
-# again when its episode forms: only this key moves, so that second write leaves nothing behind.
+# A message's vector record is written when the message is added (under its session's open episode) and names
+# its episode when that forms (an update of this key alone, or the record written again whole): only this key
+# moves, so that second write leaves nothing behind.
 _MOVES_ON_FORMATION = "episode_id"
 
 
@@ -117,6 +118,8 @@ def residue_collections(folder: Path, same: SameRecord) -> list[str]:
     versions: dict[tuple[str, str], set[str]] = {}
     for topic, record_id, metadata in rewritten:
         kept = {k: v for k, v in same(json.loads(metadata or "{}")).items() if k != _MOVES_ON_FORMATION}
+        if not kept:  # an update of the episode id alone (a formation naming a live message's episode)
+            continue
         versions.setdefault((topic, record_id), set()).add(json.dumps(kept, sort_keys=True))
     changed = {topic for (topic, _), seen in versions.items() if len(seen) > 1}
     found = {names.get(_collection_id(topic)) for topic in deleted | changed}

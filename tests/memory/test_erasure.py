@@ -129,9 +129,9 @@ def test_deletes_leave_no_byte_in_the_data_folder(make_embedded: Callable[[], Ep
 
 
 def test_records_written_again_unchanged_are_not_residue(make_embedded: Callable[[], Epimem], tmp_path: Path) -> None:
-    """A message's vector record is written when it is added and again when its episode forms, each write with
-    the time it was made (its document begins with it): nothing of it was deleted or changed, so neither the
-    partition nor the group index needs a rebuild (the log's session record does change: its counts)."""
+    """A message's vector record is written when it is added and names its episode when that forms (an update of
+    its episode id): nothing of it was deleted or changed, so neither the partition nor the group index needs a
+    rebuild (the log's session record does change: its counts)."""
     service = make_embedded()
     group = f"g-{uuid.uuid4().hex[:8]}"
     service.add_messages(group, "s", chat("a", 4, start=T0))
