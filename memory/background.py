@@ -50,7 +50,7 @@ def set_background_nice(value: int) -> None:
 def lower_this_thread() -> None:
     """Raise the calling thread's nice value by the background nice (Linux; up to 19; raising is always
     allowed, lowering it again is not, so only threads that do nothing but background work call this)."""
-    _thread.background = True
+    mark_background()
     if _nice == 0 or not sys.platform.startswith("linux"):
         return
     thread = threading.get_native_id()

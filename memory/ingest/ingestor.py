@@ -43,6 +43,7 @@ from memory.ingest.timings import StageTimings
 from memory.ingest.writer import OrderedWriter
 from memory.models import BoundaryReason, Episode, MessageState, Segment, StoredMessage
 from memory.receipts import AddReceipt
+from memory.store.codec import message_record_id
 from memory.store.paging import WRITE_BATCH
 from memory.store.protocols import LogWriter, VectorWriter
 from memory.store.records import VectorRecord
@@ -267,7 +268,7 @@ class Ingestor:
             for (g, s, m), vector in zip(missing, vectors, strict=True):
                 message_vectors[(g, s, m.id)] = vector
         messages: dict[str, dict[str, list[VectorRecord]]] = defaultdict(lambda: defaultdict(list))
-        named: dict[tuple[str, str], list[VectorRecord]] = defaultdict(list)  # (indexed: their episode named)
+        named: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)  # indexed: (record id, episode id)
         done: dict[str, list[StoredMessage]] = defaultdict(list)
         for job in jobs:
             for message in job.segment.messages:
@@ -281,7 +282,9 @@ class Ingestor:
                 )
                 key = (job.group_id, job.session_id, message.id)
                 if key in indexed:
-                    named[(job.group_id, job.session_id)].append(VectorRecord.of_message(stored))
+                    named[(job.group_id, job.session_id)].append(
+                        (message_record_id(job.session_id, message.id), job.episode_id)
+                    )
                 else:
                     messages[job.group_id][job.session_id].append(VectorRecord.of_message(stored, message_vectors[key]))
                 done[job.group_id].append(stored)
@@ -331,14 +334,14 @@ class Ingestor:
                 self._vectors.upsert_sessions(group_id, by_session)
 
     def _name_episodes(
-        self, partitions: list[tuple[str, str]], named: Mapping[tuple[str, str], list[VectorRecord]]
+        self, partitions: list[tuple[str, str]], named: Mapping[tuple[str, str], list[tuple[str, str]]]
     ) -> None:
         """Step 2 for the messages whose vector records hold their vectors: each record names its episode."""
         self._coordinator.verify(partitions)
         with self.timings.stage("storage"):
-            for (group_id, session_id), records in named.items():
-                updates = [{"episode_id": record.metadata["episode_id"]} for record in records]
-                self._vectors.update_metadata(group_id, session_id, [record.id for record in records], updates)
+            for (group_id, session_id), pairs in named.items():
+                updates = [{"episode_id": episode_id} for _, episode_id in pairs]
+                self._vectors.update_metadata(group_id, session_id, [record_id for record_id, _ in pairs], updates)
 
     def _mark_done(self, done: Mapping[str, list[StoredMessage]]) -> None:
         """Step 3: a state update, which keeps each message's receipt time and sequence, and never

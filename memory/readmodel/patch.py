@@ -77,9 +77,6 @@ def _take(column: Sequence[T], positions: list[int]) -> list[T]:
     return list(itemgetter(*positions)(column))
 
 
-ROUNDING = 1e-6  # two unit vectors closer than this in every component are the same vector, rounded twice
-
-
 def _directions(records: list[VectorRecord]) -> np.ndarray:
     vectors = np.asarray([record.embedding for record in records], dtype=np.float32)
     for position, row in enumerate(vectors):  # as the build does: one vector over its norm, in place
@@ -98,13 +95,6 @@ def _patched_directions(
     after them in the snapshot's buffer (``RowBuffer``: no copy); otherwise a copy."""
     directions = snapshot.directions if snapshot.directions is not None else np.zeros((0, 0), dtype=np.float32)
     moved = [(p, record) for p, record in written if record.embedding is not None]
-    if moved and not removed and len(directions):
-        # A formation writes its messages again with the vectors Chroma returned, within float32 rounding of those
-        # written when they were added (a cosine collection returns the unit vector times its norm): their rows
-        # stay, and the group's vectors are not copied. A vector that really changed (an edit) moves far more.
-        fresh = _directions([record for _, record in moved])
-        same = np.all(np.abs(directions[[p for p, _ in moved]] - fresh) <= ROUNDING, axis=1).tolist()
-        moved = [written for written, kept_vector in zip(moved, same, strict=True) if not kept_vector]
     if not removed and not moved:
         if not new:
             return directions, snapshot.row_buffer
