@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,7 +21,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    # A worker per core: each one (and every process it starts: servers, notebooks, benchmark scripts) computes
+    # Several workers: each one (and every process it starts: servers, notebooks, benchmark scripts) computes
     # on one thread, instead of torch's thread per core in every process fighting for the same cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,6 +35,14 @@ from api.settings import Settings  # noqa: E402
 from memory.embedding.embedder import SentenceTransformerEmbedder  # noqa: E402
 
 BACKENDS = ("embedded", "server")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker per core, and one more on a machine of up to four cores. A worker spends about a fifth
+    of its time waiting (servers and scripts starting in processes of their own, installs, idle timers); on two
+    cores two workers left the cores idle that long (14-15 min), three kept them busy (12.6 min)."""
+    cores = len(os.sched_getaffinity(0)) if sys.platform == "linux" else (os.cpu_count() or 1)
+    return cores + 1 if cores <= 4 else cores
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

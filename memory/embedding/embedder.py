@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from memory.embedding.pooled import MeanPooledModel, mean_pooled_shape
 from memory.errors import ModelNotFoundError
 from memory.tracing import traced
 
@@ -76,7 +77,6 @@ class SentenceTransformerEmbedder:
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
         if model is None:
@@ -95,10 +95,7 @@ class SentenceTransformerEmbedder:
         # well under a second: noise in a command's output and in a server's log.
         transformers_logging.disable_progress_bar()
         try:
-            # The ONNX backends run only the transformer in onnxruntime; tokenizer and pooling stay here.
-            self._model = SentenceTransformer(
-                str(path), device="cpu" if onnx else resolve_device(device), local_files_only=True
-            )
+            self._model = _load_model(path, device="cpu" if onnx else resolve_device(device), onnx=onnx)
         except (OSError, ValueError) as error:
             raise ModelNotFoundError(f"cannot load embedding model from {path}: {error}") from error
         self._name = name
@@ -213,6 +210,20 @@ class SentenceTransformerEmbedder:
             yield
         finally:
             torch.set_num_threads(before)
+
+
+def _load_model(path: Path, *, device: str, onnx: bool) -> Any:
+    """The folder's model: a mean-pooled folder on PyTorch without importing sentence-transformers (the same
+    vectors, a faster start: ``memory.embedding.pooled``); any other folder, or an ONNX backend (which runs
+    only the transformer in onnxruntime and the sentence-transformers modules around it), by
+    sentence-transformers."""
+    shape = None if onnx else mean_pooled_shape(path)
+    if shape is not None:
+        window, normalized = shape
+        return MeanPooledModel(path, window=window, normalized=normalized, device=device)
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device=device, local_files_only=True)
 
 
 def _fingerprint(path: Path) -> str:

@@ -172,6 +172,18 @@ def turn_words(turns: list[Turn]) -> list[list[str]]:
     return [_WORD.findall(turn.rendered.lower()) for turn in turns]
 
 
+_TURN_VECTORS: dict[tuple[str, tuple[str, ...]], np.ndarray] = {}
+
+
+def turn_vectors(embedder: Any, texts: list[str]) -> np.ndarray:
+    """The turns' vectors, embedded once per process: the dense baselines of every mode and every circle of
+    friends rank the same turns (the same texts in one call give the same vectors, so reuse changes nothing)."""
+    key = (str(embedder.model_id), tuple(texts))
+    if key not in _TURN_VECTORS:
+        _TURN_VECTORS[key] = embedder.embed_batch(texts)
+    return _TURN_VECTORS[key]
+
+
 def baseline_recall(
     samples: list[Sample], method: str, budgets: Sequence[int] = BUDGETS, *, embedder: Any = None
 ) -> Scores:
@@ -186,7 +198,7 @@ def baseline_recall(
     for sample in samples:
         texts = [turn.rendered for turn in sample.turns]
         tokens = [_WORD.findall(text.lower()) for text in texts]
-        vectors = embedder.embed_batch(texts) if method != "bm25" else None
+        vectors = turn_vectors(embedder, texts) if method != "bm25" else None
         for category, question, evidence in questions(sample):
             ranking = single_turn_ranking(method, tokens, vectors, question, embedder)
             for budget in budgets:
