@@ -27,6 +27,7 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from helpers import cloud_profile  # noqa: E402
+from helpers.embedders import RememberingEmbedder  # noqa: E402
 from helpers.servers import AppServer, ChromaServer  # noqa: E402
 from helpers.token_proxy import TEST_DATABASE, ChromaDeployment  # noqa: E402
 
@@ -180,6 +181,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
+    """The real bundled model, each text's vector computed once per worker (``RememberingEmbedder``)."""
+    return RememberingEmbedder()
+
+
+@pytest.fixture(scope="session")
+def model_embedder() -> SentenceTransformerEmbedder:
+    """The real bundled model as the service builds it, every call a forward pass: for tests of the embedder."""
     return SentenceTransformerEmbedder()
 
 

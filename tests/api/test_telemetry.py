@@ -35,13 +35,13 @@ TEXT = "Caroline adopted a golden retriever called Rex"
 
 @pytest.fixture(params=[False], ids=["default"])
 def traced(
-    tmp_path: Path, embedder: SentenceTransformerEmbedder, request: pytest.FixtureRequest
+    tmp_path: Path, model_embedder: SentenceTransformerEmbedder, request: pytest.FixtureRequest
 ) -> Iterator[tuple[str, InMemorySpanExporter]]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     settings = Settings(data_dir=tmp_path / "data", trace_query_text=request.param)
-    service = Epimem.from_settings(settings, background=False, embedder=embedder)
+    service = Epimem.from_settings(settings, background=False, embedder=model_embedder)
     app = create_app(service)
     assert setup_tracing(app, provider)
     server = AppServer(app).start()

@@ -1,12 +1,16 @@
-"""Another embedding model for the tests of a model change, made of the real one."""
+"""Embedders for the tests, all made of the real bundled model: another model for the tests of a model change,
+a gated one, and the suite's own that remembers each text's vector."""
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from memory.embedding.embedder import SentenceTransformerEmbedder
 
 
 class ProjectedEmbedder:
@@ -61,3 +65,33 @@ class GatedEmbedder:
             self.reached.set()
             assert self.release.wait(600), "the test never released the gated batch"
         return self._inner.embed_batch(texts)
+
+
+class RememberingEmbedder(SentenceTransformerEmbedder):
+    """The real bundled model, each text's vector computed once per test process and remembered.
+
+    The tests write the same few hundred texts thousands of times (builders, example conversations); the model's
+    forward pass for them was about half of a worker's CPU. A text not seen yet is encoded by the model in a batch
+    of the texts missing from the call, exactly as the service's embedder does; a remembered one is the vector the
+    model gave it then. Tests of the embedder itself (threads, tracing spans) take ``model_embedder`` instead."""
+
+    def __init__(self, *args: Any, capacity: int = 50_000, **kwargs: Any) -> None:
+        self._remembered: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._remembered_lock = threading.Lock()
+        self._capacity = capacity
+        super().__init__(*args, **kwargs)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return super().embed_batch(texts)
+        with self._remembered_lock:
+            found = {text: self._remembered[text] for text in texts if text in self._remembered}
+        missing = list(dict.fromkeys(text for text in texts if text not in found))
+        if missing:
+            found |= {text: vector.copy() for text, vector in zip(missing, super().embed_batch(missing), strict=True)}
+            with self._remembered_lock:
+                for text in missing:
+                    self._remembered[text] = found[text]
+                while len(self._remembered) > self._capacity:
+                    self._remembered.popitem(last=False)
+        return np.stack([found[text] for text in texts]).astype(np.float32, copy=False)

@@ -211,7 +211,10 @@ class ChromaServer:
         command = self._command()
         if self.open_files is not None:  # the shell lowers its soft limit, then becomes the server
             command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "chroma", *command]
-        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        # Warnings and errors only: Chroma logs every request at INFO (about a twentieth of its CPU, and
+        # tens of MB of log over the suite). RUST_LOG set by the caller wins.
+        env = {"RUST_LOG": "warn", **os.environ}
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

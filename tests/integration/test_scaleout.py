@@ -22,7 +22,7 @@ LOAD = BENCHMARKS / "load.py"
 @pytest.mark.slow
 def test_two_servers_share_one_chroma_under_load(tmp_path: Path) -> None:
     figures_file = tmp_path / "load.json"
-    clients, duration = os.environ.get("EPIMEM_LOAD_CLIENTS", "8"), os.environ.get("EPIMEM_LOAD_SECONDS", "10")
+    clients, duration = os.environ.get("EPIMEM_LOAD_CLIENTS", "8"), os.environ.get("EPIMEM_LOAD_SECONDS", "6")
     command = [sys.executable, str(LOAD), "--servers", "2", "--clients", clients, "--duration", duration]
     command += ["--groups", "10", "--json", str(figures_file)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=540)

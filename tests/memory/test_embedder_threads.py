@@ -19,6 +19,12 @@ TEXTS = [
 ]
 
 
+@pytest.fixture
+def embedder(model_embedder: SentenceTransformerEmbedder) -> SentenceTransformerEmbedder:
+    """The embedder as the service builds it: every batch a forward pass."""
+    return model_embedder
+
+
 def test_counting_leaves_the_embedding_tokenizer_padded(embedder: SentenceTransformerEmbedder) -> None:
     # The Hugging Face tokenizer sets padding on its shared backend for each call; a count used to switch it off
     # for everyone, and a batch whose padding was switched off between the setting and the encoding failed.
