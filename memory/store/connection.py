@@ -101,6 +101,7 @@ class ChromaConnection:
         self.feed = ChangeFeed()  # what this process's writes did, per group (memory.store.changes)
         self.run_id = uuid.uuid4().hex[:16]  # this process's key in the groups' shared stamps (memory.store.versions)
         self._stamped: set[str] = set()
+        self.stamp_registry: Any = None  # the registry's own handle for the shared stamps (memory.store.versions)
         self.restarts = 0
         self._main = Engine(start, stop, path, stop_opened=stop_opened)
         self._partitions = partitions  # None: the partitions live in the main engine (a server, an older folder)

@@ -29,11 +29,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import chromadb
+
 from memory.store import codec
 from memory.store.changes import Change
 
 if TYPE_CHECKING:
     from memory.store.collections import Collections
+    from memory.store.connection import ChromaConnection
 
 
 WRITER_KEYS = 16
@@ -47,19 +50,33 @@ def changed(collections: Collections, group_id: str, *, stamp: bool = True, chan
     connection = collections.connection
     version = connection.feed.publish(group_id, change)
     if stamp and connection.shared:
-        # Its own handle, not the cached ones: the stamp is bookkeeping beside the write it follows.
+        first = connection.first_stamp(group_id)
+        try:
+            _stamp(connection, group_id, version, first=first)
+        except chromadb.errors.NotFoundError:  # the registry was dropped on the server since: opened again, once
+            connection.stamp_registry = None
+            _stamp(connection, group_id, version, first=first)
+
+
+def _stamp(connection: ChromaConnection, group_id: str, version: int, *, first: bool) -> None:
+    """This process's counter for the group, upserted into the group's registry record."""
+    registry = connection.stamp_registry
+    if registry is None:
+        # Its own handle, not a cached RecordCollection: the stamp is bookkeeping beside the write it follows.
+        # Opened once per connection: a round trip less for every write.
         registry = connection.client.get_or_create_collection(
             codec.REGISTRY, metadata={"epimem": "registry"}, embedding_function=None
         )
-        record_id = codec.registry_record_id(group_id)
-        metadata: dict[str, Any] = {"group_id": group_id, own_key(connection.run_id): version}
-        if connection.first_stamp(group_id):  # old runs' keys go once there are too many
-            found = registry.get(ids=[record_id], include=["metadatas"])
-            before = dict(((found["metadatas"] or [{}])[0] or {}) if found["ids"] else {})
-            writers = [key for key in before if key.startswith(PREFIX) or key == "stamp"]
-            if len(writers) > WRITER_KEYS:
-                metadata.update({key: None for key in writers if key != own_key(connection.run_id)})
-        registry.upsert(**codec.written([record_id], [group_id], [metadata]), embeddings=codec.placeholders(1))
+        connection.stamp_registry = registry
+    record_id = codec.registry_record_id(group_id)
+    metadata: dict[str, Any] = {"group_id": group_id, own_key(connection.run_id): version}
+    if first:  # old runs' keys go once there are too many
+        found = registry.get(ids=[record_id], include=["metadatas"])
+        before = dict(((found["metadatas"] or [{}])[0] or {}) if found["ids"] else {})
+        writers = [key for key in before if key.startswith(PREFIX) or key == "stamp"]
+        if len(writers) > WRITER_KEYS:
+            metadata.update({key: None for key in writers if key != own_key(connection.run_id)})
+    registry.upsert(**codec.written([record_id], [group_id], [metadata]), embeddings=codec.placeholders(1))
 
 
 def own_key(run_id: str) -> str:

@@ -12,11 +12,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import chromadb
 import pytest
 
 from api.facade import Epimem
 from api.settings import Settings
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from memory.store import codec
+from memory.store.versions import own_key
 from retrieval.speaker_names import speaker_names
 
 T0 = datetime(2023, 5, 1, 9, 0, tzinfo=UTC)
@@ -195,6 +198,34 @@ def test_versions_move_with_every_write(service: Epimem, group_id: str) -> None:
     assert second != first
     if service.memory.store.connection.shared:
         assert second[1] != first[1] and second[1]  # the shared stamp moved too
+
+
+@pytest.mark.slow
+def test_each_write_stamps_through_one_registry_handle_opened_again_if_dropped(
+    chroma_server: Any, tmp_path: Path, embedder: SentenceTransformerEmbedder, group_id: str
+) -> None:
+    """A process opens the registry once for its stamps (a round trip less per write); a registry dropped on the
+    server since is opened again by the next write, which stamps as before."""
+    service = on_server(chroma_server, tmp_path / "one", embedder, "one")
+    raw = chromadb.HttpClient(host="127.0.0.1", port=chroma_server.port)
+    try:
+        seed(service, group_id)
+        connection = service.memory.store.connection
+        handle = connection.stamp_registry
+        assert handle is not None
+        service.add_messages(group_id, "s3", chat("r", [("Ana", "I bought a blue kayak for the lake.")]))
+        assert connection.stamp_registry is handle  # opened once
+        stamped = raw.get_collection(codec.REGISTRY).get(ids=[codec.registry_record_id(group_id)])
+        assert own_key(connection.run_id) in (stamped["metadatas"] or [{}])[0]
+        raw.delete_collection(codec.REGISTRY)
+        service.add_messages(group_id, "s3", chat("k", [("Ana", "The kayak is called Otter.")], day=1))
+        assert connection.stamp_registry is not handle
+        stamped = raw.get_collection(codec.REGISTRY).get(
+            ids=[codec.registry_record_id(group_id)], include=["metadatas"]
+        )
+        assert stamped["ids"] and own_key(connection.run_id) in (stamped["metadatas"] or [{}])[0]
+    finally:
+        service.close()
 
 
 @pytest.mark.parametrize("wanted", [1, 3])
