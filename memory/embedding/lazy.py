@@ -3,13 +3,12 @@
 Loading the model takes seconds (PyTorch, weights); commands that only read or delete stored
 records (``epimem stats``, ``export``, ``timeline``, ``delete``) never embed anything, so the
 composition root hands out this wrapper. Its ``model_id`` and ``dimension`` come from the model's
-files without loading it (sentence-transformers records the dimension in ``1_Pooling/config.json``),
+files without loading it (sentence-transformers records the dimension in its pooling module's ``config.json``),
 so the store can check partitions against the configured model before, or without, any load.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,16 +24,16 @@ from memory.embedding.embedder import (
     _fingerprint,
     bundled_model_path,
 )
+from memory.embedding.pooled import folder_modules
 
 
 def _dimension_on_disk(path: Path) -> int | None:
     """The output dimension written in a sentence-transformers folder, or None when not found."""
     try:
-        modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+        modules, pooling = folder_modules(path)
         if any("Dense" in str(module.get("type", "")) for module in modules):
             return None  # a projection after pooling: only the loaded model knows its dimension
-        pooling = path / "1_Pooling" / "config.json"
-        value = json.loads(pooling.read_text(encoding="utf-8")).get("word_embedding_dimension")
+        value = pooling.get("word_embedding_dimension")
     except (OSError, ValueError, AttributeError, TypeError):
         return None
     return value if isinstance(value, int) and value > 0 else None

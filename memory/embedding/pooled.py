@@ -37,17 +37,25 @@ def _read_json(path: Path) -> Any:
         return {}
 
 
+def folder_modules(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A sentence-transformers folder's modules (``modules.json``, in order) and its pooling module's config
+    (``{}`` without one). Raises ValueError, AttributeError or TypeError on a malformed file."""
+    modules = list(_read_json(path / "modules.json"))
+    pooling = next((module for module in modules if str(module.get("type", "")) == _POOLING), None)
+    config = _read_json(path / str(pooling.get("path", "")) / "config.json") if pooling is not None else {}
+    return modules, dict(config)
+
+
 def mean_pooled_shape(path: Path) -> tuple[int, bool] | None:
     """(window in wordpieces, normalised) when the folder is a transformer with mean pooling and nothing else
     but a normalisation; None for any other shape."""
     try:
-        modules = _read_json(path / "modules.json")
+        modules, pooling = folder_modules(path)
         types = [str(module.get("type", "")) for module in modules]
         if types[:2] != [_TRANSFORMER, _POOLING] or any(kind != _NORMALIZE for kind in types[2:]):
             return None
         if modules[0].get("path", "") != "":
             return None
-        pooling = _read_json(path / str(modules[1].get("path", "")) / "config.json")
         if pooling.get("pooling_mode_mean_tokens") is not True or any(pooling.get(k) for k in _OTHER_POOLING_MODES):
             return None
         config = _read_json(path / "sentence_bert_config.json")
