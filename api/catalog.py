@@ -39,6 +39,7 @@ OPERATIONS: tuple[Operation, ...] = (
     # -- messages and episodes
     _same("add_messages", f"POST {MESSAGES}", typescript="addMessages", mcp="add_messages"),
     _same("history", f"GET {MESSAGES}", typescript="history"),
+    _same("get_message", f"GET {MESSAGES}/{{message_id}}", typescript="getMessage", mcp="get_message"),
     _same("flush", f"POST {SESSION}/flush", typescript="flush"),
     _same("delete_message", f"DELETE {MESSAGES}/{{message_id}}", typescript="deleteMessage"),
     _same("redact_message", f"POST {MESSAGES}/{{message_id}}/redact", cli="redact"),

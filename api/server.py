@@ -27,7 +27,8 @@ from api.http.keys import keys_router
 from api.http.metrics import Metrics
 from api.http.middleware import RequestMiddleware
 from api.http.operations import operations
-from api.http.routes import ops, v1
+from api.http.probes import ops
+from api.http.routes import v1
 from api.http.telemetry import setup_tracing
 from api.mcp.http import mount_mcp
 from api.settings import Settings, load_settings

@@ -48,6 +48,13 @@ class LogReads:
         states = [MessageState.PENDING, MessageState.FORMING] if unfinished else None
         return [stored.message for stored in self.store.log.list_messages(group_id, session_id, states=states)]
 
+    def message(self, group_id: str, session_id: str, message_id: str) -> Message:
+        """One stored message of the session, whole and verbatim."""
+        found = self.store.log.get_messages(group_id, session_id, [message_id]).get(message_id)
+        if found is None:
+            raise NotFoundError(f"no message {message_id!r} in this session")
+        return found.message
+
     def history(self, group_id: str, session_id: str, *, limit: int, cursor: str | None) -> MessagePage:
         """A page of the session's messages in event-time order, after ``cursor`` (``memory.pages``)."""
         return history_page(self.store.log.list_messages(group_id, session_id), limit=limit, cursor=cursor)

@@ -1,19 +1,14 @@
 """Token-budgeted, cited context for RAG prompts.
 
-The context is made of pieces, one per episode: the exact source messages of that episode that
-earned their place, in order, with "…" where turns are left out. Each piece opens with its marker,
-"[1]", "[2]", ... in the order of the text, which is the order of the citations (citation i is marker
-[i + 1], its ``marker``): a prompt built from the text carries its sources. Each day's pieces come
-under one date line ("[8 May 2023]"), each piece's first message line opening with its marker. Without
-``day_headers``, or with ``titles``, every piece has its own header instead, opening with its marker:
-its first message's date and time (and the episode's title). Date lines leave more of the budget to
-messages.
-Messages are scored as retrieval.scoring says (the message's own match, its episode's, its
-neighbour's, the speakers and times the query names).
-
-Messages are packed greedily in that order (less a length penalty and, of two near-equal matches, a little
-less for the newer one: retrieval.spread) while they fit; pieces are then printed in chronological order. A
-piece cites exactly the messages whose text it contains.
+The context is made of pieces, one per episode: the source messages of that episode that earned their place, in
+order, with "…" where turns are left out, a long message as its excerpt for the query (retrieval.excerpts). Each
+piece opens with its marker, "[1]", "[2]", ... in the order of the text, which is the order of the citations
+(citation i is marker [i + 1]): a prompt built from the text carries its sources. Each day's pieces come under one
+date line ("[8 May 2023]"); without ``day_headers``, or with ``titles``, every piece has its own header instead:
+its first message's date and time (and the episode's title). Messages are scored as retrieval.scoring says and
+packed greedily in that order (less a length penalty and, of two near-equal matches, a little less for the newer
+one: retrieval.spread) while they fit; pieces are then printed in chronological order. A piece cites exactly the
+messages whose text (or excerpt, with its span) it contains.
 
 Tokens are counted offline as ceil(characters / 4) of the whole text (newlines included), or, when
 a wordpiece counter is given, as max(that, wordpieces of the bundled tokenizer): the text never
@@ -40,18 +35,18 @@ from memory.embedding.embedder import ServiceEmbedder
 from memory.models import Episode, Message
 from memory.readmodel.model import ReadModel
 from memory.readmodel.open_episodes import is_pending
-from memory.text import message_line
 from memory.timeutil import format_date, to_utc
 from memory.tracing import group_hash, traced
 from retrieval.analysis import Request, understand
 from retrieval.candidates import Candidate, candidates
+from retrieval.excerpts import MessageLines
 from retrieval.filters import filter_match
 from retrieval.message_rows import group_rows
 from retrieval.names import named_in
 from retrieval.policy import ScoringPolicy
 from retrieval.scoring import DERIVED, score_messages
 from retrieval.spread import spread_order
-from retrieval.types import Citation, ContextQuery, ContextResult
+from retrieval.types import Citation, ContextQuery, ContextResult, Excerpt
 
 TokenCounter = Callable[[str], int]
 HEADER = "Relevant memory, oldest first:"
@@ -63,36 +58,35 @@ class PackingPolicy(ScoringPolicy):
     """How candidates become context: the message score's weights, and whether headers carry titles."""
 
     day_headers: bool = True  # one date line per day (else a header per piece, with its time)
-    # The context's speaker prior never buries a message that outscores all of the named speakers' by more
-    # than a margin: 0.15 up to 800 tokens, then 0.15 * (800 / B) ** 2 at a budget of B (0.096 at 1,000, 0.024
-    # at 2,000; chosen held out, issue 29: LoCoMo's wrong-person questions; search keeps ScoringPolicy's).
+    # The speaker prior never buries a message that outscores all of the named speakers' by more than a margin:
+    # speaker_cap_margin up to cap_budget tokens, then times (cap_budget / B) ** cap_decay at a budget of B
+    # (0.096 at 1,000, 0.024 at 2,000; chosen held out on LoCoMo's wrong-person questions; search keeps its own).
     speaker_cap: bool = True
     speaker_cap_margin: float = 0.15
-    # The cap's margin at a budget of B tokens: speaker_cap_margin * min(1, cap_budget / B) ** cap_decay (None:
-    # the same at every budget): the more room, the less the prior holds back other speakers' best matches.
     cap_budget: int | None = 800
     cap_decay: float = 2.0
-    # The best matches before the speaker prior (whoever said them) come first, until they hold this share of
-    # the budget; the rest by the full score: a question naming the wrong person still gets the real statement.
+    # The best matches before the speaker prior come first, until they hold this share of the budget.
     plain_share: float = 0.0
-    # What is already packed lowers the rest (retrieval.spread; issue 29, long chats): by ``redundancy`` x the
-    # greatest cosine with a packed message of another episode (counted above ``redundancy_floor`` only, scaled
-    # to 1 for an exact repeat), and by ``day_spread`` x the messages packed from other episodes of that day.
+    # What lowers a message's place while the context fills (retrieval.spread): ``redundancy`` x its greatest
+    # cosine with a packed message of another episode (above ``redundancy_floor``), ``day_spread`` x the messages
+    # packed from other episodes of its day, ``episode_spread`` x those packed from its own episode,
+    # ``length_penalty`` x its length in hundreds of characters (a long message must match better to take the
+    # room of two short ones), ``echo`` x its likeness above ``echo_floor`` with an earlier message of another
+    # episode, ``primacy`` x the share of those offered that are older than it (not when the query asks for
+    # recent messages). The length penalty and primacy were chosen held out in every fold; the others are off.
     redundancy: float = 0.0
     redundancy_floor: float = 0.0
-    episode_spread: float = 0.0  # ... and by this x the messages already packed from its own episode
-    # ... and by this x its length in hundreds of characters: a long message must match better to take the room
-    # of two short ones (0.02: chosen held out in every fold, issue 29; the others are off, see the docs)
+    episode_spread: float = 0.0
     length_penalty: float = 0.02
     day_spread: float = 0.0
-    # ... and (issue 29, fifth pass) by ``echo`` x its likeness above ``echo_floor`` with an earlier message of
-    # another episode among those offered (the first mention before its restatements; off), and by ``primacy`` x
-    # the share of those offered that are older than it: the older of near-equal matches first (0.1: chosen held
-    # out in every fold; not when the query asks for recent messages, ``recency_weight``)
     echo: float = 0.0
     echo_floor: float = 0.5
     primacy: float = 0.1
     titles: bool = False  # a header per piece, with the episode's title
+    # A message longer than this many tokens (characters / 4) is packed as an excerpt of at most as many: the
+    # part that matters to the query (retrieval.excerpts), cited with its span (None: messages whole; 64 was
+    # chosen held out by dataset on LoCoMo, REALTALK and BEAM).
+    excerpt_tokens: int | None = 64
 
     def at_budget(self, budget: int) -> PackingPolicy:
         """The policy a context of ``budget`` tokens is scored with (cap_budget)."""
@@ -128,6 +122,10 @@ class _Piece:
     episode: Episode
     messages: list[Message]  # all source messages of the episode, in order
     chosen: set[int]
+    texts: MessageLines
+
+    def line(self, index: int) -> str:
+        return self.texts.of(self.episode, index, self.messages[index])[0]
 
     @property
     def first(self) -> Message:
@@ -149,7 +147,7 @@ class _Piece:
         for position, index in enumerate(indices):
             if position and index != indices[position - 1] + 1:
                 lines.append(GAP)
-            lines.append(message_line(self.messages[index]))
+            lines.append(self.line(index))
         return lines
 
     def citation(self, number: int) -> Citation:
@@ -161,6 +159,11 @@ class _Piece:
             timestamp=self.messages[indices[0]].timestamp,
             message_ids=[self.messages[i].id for i in indices],
             pending=is_pending(self.episode),
+            excerpts=[
+                Excerpt(message_id=self.messages[i].id, start=span[0], end=span[1])
+                for i in indices
+                if (span := self.texts.of(self.episode, i, self.messages[i])[1]) is not None
+            ],
         )
 
 
@@ -190,7 +193,7 @@ class _LineCosts:
                 chars, wordpieces = chars + self._gap[0], wordpieces + self._gap[1]
             line = self._lines.get((uuid, index))
             if line is None:
-                line = self._lines[(uuid, index)] = self._cost([message_line(piece.messages[index])])
+                line = self._lines[(uuid, index)] = self._cost([piece.line(index)])
             chars, wordpieces = chars + line[0], wordpieces + line[1]
         return chars, wordpieces
 
@@ -313,6 +316,8 @@ class ContextBuilder:
         vectors."""
         ranked: list[tuple[float, float, _Piece, int]] = []
         kept: dict[tuple[str, int], np.ndarray] = {}
+        limit = policy.excerpt_tokens * 4 if policy.excerpt_tokens is not None else None
+        texts = MessageLines(request.analysis.match_text, limit)
         wanted = request.query.filter
         match = filter_match(request.group, wanted) if wanted is not None else None
         reserve = policy.plain_share > 0 and bool(request.analysis.named)
@@ -325,7 +330,7 @@ class ContextBuilder:
             vectors=policy.redundancy > 0 or policy.echo > 0,
         )
         for scored in scored_episodes:
-            piece = _Piece(scored.episode, scored.messages, set())
+            piece = _Piece(scored.episode, scored.messages, set(), texts)
             ranked += [
                 (score, scored.plain[i], piece, i)
                 for i, score in enumerate(scored.scores)
@@ -368,7 +373,7 @@ class _Packer:
         current = self.chosen.get(uuid)
         if current is not None and index in current.chosen:
             return False
-        trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index})
+        trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index}, piece.texts)
         cost = self._costs.of(trial)
         before = self._piece_cost.get(uuid, (0, 0))
         chars, wordpieces = self.chars + cost[0] - before[0], self.wordpieces + cost[1] - before[1]

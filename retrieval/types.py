@@ -128,6 +128,14 @@ class TimelinePage(BaseModel):
     )
 
 
+class Excerpt(BaseModel):
+    """A message the context holds in part: its id and the span of its content the context text holds."""
+
+    message_id: str
+    start: int = Field(ge=0, description="the excerpt's first character in the message's content (code points)")
+    end: int = Field(ge=0, description="one past its last character")
+
+
 class Citation(BaseModel):
     marker: str = Field(
         description="the marker that opens this piece in the context text: '[1]' for the first citation, "
@@ -141,6 +149,11 @@ class Citation(BaseModel):
     pending: bool = Field(
         default=False, description="the messages are not in an episode yet (episode_id is the session's open episode)"
     )
+    excerpts: list[Excerpt] = Field(
+        default_factory=list,
+        description="the messages of message_ids the text holds in part ('speaker (excerpt): … text …'), each with "
+        "the span of its content that it holds; a message not listed is held whole",
+    )
 
 
 class ContextResult(BaseModel):
@@ -151,6 +164,7 @@ class ContextResult(BaseModel):
 
 __all__ = [
     "Citation",
+    "Excerpt",
     "ContextQuery",
     "ContextResult",
     "Direction",

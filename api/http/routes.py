@@ -11,10 +11,9 @@ import codecs
 import itertools
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Principal, Role
@@ -27,10 +26,9 @@ from api.http.schemas import (
     EpisodeOut,
     EpisodesOut,
     GroupConfigurationIn,
-    Health,
     HistoryOut,
+    MessageOut,
     MessagesIn,
-    Readiness,
     SearchOut,
     SessionInfoIn,
     SessionsOut,
@@ -38,7 +36,7 @@ from api.http.schemas import (
 )
 from api.limits import check_batch
 from api.settings import Settings
-from memory.errors import InvalidInputError, NotFoundError, StoreUnavailableError
+from memory.errors import InvalidInputError, NotFoundError
 from memory.models import GroupConfiguration, SessionInfo, UtcDatetime
 from memory.receipts import AddReceipt, DeletionReceipt, ImportReceipt
 from memory.store.records import is_open_episode_id
@@ -79,7 +77,6 @@ ADMIN = _authorizer(Role.ADMIN)
 SERVER_ADMIN = _authorizer(Role.ADMIN, server_wide=True)  # figures of every group: a key for '*'
 
 v1 = APIRouter(prefix="/v1", responses=error_responses(401, 403, 404, 409, 413, 415, 422, 429, 503))
-ops = APIRouter(tags=["operations"])
 
 GROUP = "/groups/{group_id}"
 SESSION = GROUP + "/sessions/{session_id}"
@@ -120,6 +117,18 @@ def history(
     """The session's messages in event-time order, paged by cursor."""
     page = service.history(group_id, session_id, limit=limit, cursor=cursor)
     return HistoryOut(messages=page, next_cursor=page.next_cursor)
+
+
+@v1.get(
+    SESSION + "/messages/{message_id}",
+    tags=["messages"],
+    dependencies=[READ],
+    responses=error_responses(404),
+    summary="One message, whole and verbatim",
+)
+def get_message(group_id: GroupId, session_id: SessionId, message_id: MessageIdPath, service: ServiceDep) -> MessageOut:
+    """The message as stored: what a citation's excerpt (a span of its content) was cut from."""
+    return MessageOut(message=service.get_message(group_id, session_id, message_id))
 
 
 @v1.delete(
@@ -369,31 +378,3 @@ async def import_group(group_id: GroupId, request: Request, who: Annotated[Princ
         lines.append(tail)
     restore = who.key is None or (who.key.role >= Role.ADMIN and who.key.every_group)
     return await run_in_threadpool(import_within_limits, request, who, group_id, lines, restore=restore)
-
-
-# -- operations --------------------------------------------------------------------------------
-
-
-@ops.get("/healthz", summary="Liveness")
-def healthz() -> Health:
-    return Health(status="ok")
-
-
-@ops.get("/readyz", responses=error_responses(503), summary="Readiness: store reachable and model loaded")
-def readyz(request: Request, service: ServiceDep) -> Readiness:
-    service.heartbeat()
-    model = service.embedder.model_id
-    if not model:
-        raise StoreUnavailableError("the embedding model is not loaded")
-    return Readiness(status="ready", store="ok", model=model, recovering=bool(request.app.state.recovering))
-
-
-@ops.get(
-    "/metrics",
-    dependencies=[SERVER_ADMIN],
-    response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}, "description": "Prometheus"}},
-    summary="Prometheus metrics of the whole server (an admin key for every group, '*', when keys are configured)",
-)
-def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

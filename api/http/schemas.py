@@ -86,6 +86,10 @@ class SearchOut(BaseModel):
     hits: list[SearchHit] = Field(description="best first (or in time order with `order: chronological`)")
 
 
+class MessageOut(BaseModel):
+    message: Message
+
+
 class HistoryOut(BaseModel):
     messages: list[Message]
     next_cursor: str | None = Field(description="pass it as `cursor` for the next page; null on the last page")

@@ -58,6 +58,7 @@ class Backend(Protocol):
     def context(self, group_id: str, query: str, **options: Any) -> Any: ...
     def timeline(self, group_id: str, **params: Any) -> Any: ...
     def get_episode(self, group_id: str, session_id: str, episode_id: str) -> Episode: ...
+    def get_message(self, group_id: str, session_id: str, message_id: str) -> Message: ...
     def episode_messages(self, group_id: str, episode: Episode) -> list[Message]: ...
     def list_sessions(self, group_id: str) -> Any: ...
     def delete_session(self, group_id: str, session_id: str, *, actor: str = ...) -> Any: ...
@@ -228,8 +229,9 @@ def register_recall_tools(server: MCPServer, tools: Tools) -> None:
     ) -> dict[str, Any]:
         """Memory packed for a prompt: cited text within a token budget, in time order (messages just
         added included; their citations say pending: true). Each piece of the text opens with its marker
-        ([1], [2], ...), the `marker` of its citation. With a speaker filter it cites only what those
-        speakers said."""
+        ([1], [2], ...), the `marker` of its citation. A long message may be held in part, "speaker (excerpt):
+        … text …": its citation's `excerpts` give the span (get_message returns it whole). With a speaker
+        filter it cites only what those speakers said."""
         options = {"token_budget": token_budget, **scope_of(sessions, time, reference_time, filter)}
         result = await tools.run(ctx, group, READ, lambda b, g: b.context(g, query, **options))
         return dict(result.model_dump(mode="json"))
@@ -271,6 +273,17 @@ def register_browse_tools(server: MCPServer, tools: Tools) -> None:
             }
 
         return dict(await tools.run(ctx, group, READ, call))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_message(
+        ctx: Context,
+        message_id: Annotated[str, Field(description="the message's id (from a citation or an episode)")],
+        session: SessionArg,
+        group: GroupArg = None,
+    ) -> dict[str, Any]:
+        """One message as stored, whole: what a citation's excerpt (a span of its content) was cut from."""
+        message = await tools.run(ctx, group, READ, lambda b, g: b.get_message(g, session, message_id))
+        return dict(message.model_dump(mode="json"))
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def list_sessions(ctx: Context, group: GroupArg = None) -> list[dict[str, Any]]:

@@ -275,7 +275,8 @@ def test_every_error_has_the_one_shape(local_app: Callable[..., TestClient]) -> 
     assert_error(client.get("/v1/groups/a%01b"), 422, "invalid_input")
     assert_error(client.get("/v1/groups/%20%20"), 422, "invalid_input")
     assert_error(client.get("/v1/groups/" + "g" * 501), 422, "invalid_input")
-    assert_error(client.get("/v1/groups/g/sessions/s/messages/x%00"), 405, "method_not_allowed")
+    assert_error(client.get("/v1/groups/g/sessions/s/messages/x%00"), 422, "invalid_input")
+    assert_error(client.put("/v1/groups/g/sessions/s/messages/x"), 405, "method_not_allowed")
     assert_error(client.delete("/v1/groups/g/sessions/s/messages/" + "m" * 257), 422, "invalid_input")
     assert_error(client.get("/v1/groups/a%2Fb/sessions"), 404, "not_found")
     # Message validation inside the batch.

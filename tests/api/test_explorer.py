@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from helpers.browser import ARGS
 from helpers.builders import MINUTE, T0, turns
@@ -395,6 +396,33 @@ def test_context_budget_slider_changes_text_and_citations(local: AppServer, open
     cited = link.get_attribute("data-message")
     link.click()
     page.locator(f"li.message.highlight[data-message='{cited}']").wait_for()
+
+
+def test_an_excerpt_is_marked_and_opens_its_whole_message(local: AppServer, open_page: Callable) -> None:
+    """A long assistant reply is held in part: the line says so, names its span, and opens the whole message."""
+    steps = [f"Step {n}: review the backlog, estimate the tasks and keep a buffer for reviews." for n in range(30)]
+    steps.insert(17, "Your first sprint ends on March 29, two days before the investor demo.")
+    reply = "\n\n".join(steps)
+    messages = [
+        {"id": "ask", "role": "user", "content": "Plan my sprints, please.", "timestamp": T0.isoformat()},
+        {"id": "plan", "role": "assistant", "content": reply, "timestamp": (T0 + MINUTE).isoformat()},
+    ]
+    base = f"{local.url}/v1/groups/assistant-chat/sessions/chat-1"
+    assert httpx.post(f"{base}/messages", json={"messages": messages}, timeout=60).status_code == 200
+    assert httpx.post(f"{base}/flush", timeout=120).status_code == 200
+    page, _ = open_page(local.url + "/ui/#/g/assistant-chat/context")
+    page.get_by_label("Question").fill("When does my first sprint end?")
+    page.get_by_label("Token budget").fill("300")
+    page.get_by_role("button", name="Build context").click()
+    excerpt = page.locator("#c-text a.ctx-excerpt[data-message='plan']")
+    excerpt.wait_for()
+    start, end = map(int, (excerpt.get_attribute("data-span") or "").split("-"))
+    assert "March 29" in reply[start:end] and end - start < len(reply)
+    assert "(excerpt)" in excerpt.inner_text() and "open it whole" in (excerpt.get_attribute("title") or "")
+    excerpt.click()
+    whole = page.locator("li.message.highlight[data-message='plan']")
+    whole.wait_for()
+    assert "Step 29" in whole.inner_text()  # the episode page shows the message whole
 
 
 def confirm(page: Any) -> None:

@@ -372,6 +372,7 @@ _TOOL_FIELDS = {
     "get_context": ["query", "token_budget", "sessions", "time", "reference_time"],
     "get_timeline": ["session", "start", "end", "limit", "cursor"],
     "get_episode": ["episode_id", "session"],
+    "get_message": ["message_id", "session"],
     "list_sessions": ["group"],
     "delete_session": ["session"],
 }
@@ -380,6 +381,7 @@ _VALID = {
     "messages": [{"id": "f1", "content": "fuzzed words", "timestamp": "2023-06-01T00:00:00Z"}],
     "query": "hiking",
     "episode_id": "nope",
+    "message_id": "nope",
 }
 _MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 

@@ -39,6 +39,7 @@ TOOLS = {
     "get_context",
     "get_timeline",
     "get_episode",
+    "get_message",
     "list_sessions",
     "correct_episode",
     "delete_session",
@@ -120,6 +121,11 @@ async def exercise(client: Client, group: str | None) -> None:
         await client.call_tool("get_episode", {**where, "session": "chat-1", "episode_id": hits[0]["episode_id"]})
     )
     assert {m["id"] for m in episode["messages"]} == set(hits[0]["message_ids"])
+    # A cited message, whole (what an excerpt's span points into).
+    message = data(await client.call_tool("get_message", {**where, "session": "chat-1", "message_id": "m0"}))
+    assert message["id"] == "m0" and message["content"] == conversation()[0]["content"]
+    missing = await client.call_tool("get_message", {**where, "session": "chat-1", "message_id": "nope"})
+    assert missing.is_error and "not_found" in missing.content[0].text
     melanie = data(
         await client.call_tool("get_context", {**where, "query": "Rex the dog", "filter": {"speakers": ["Melanie"]}})
     )

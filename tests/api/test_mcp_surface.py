@@ -128,6 +128,7 @@ def test_mcp_error_text_is_bounded(server: AppServer) -> None:
     cases = [
         ("get_episode", {"group": GROUP, "session": "s", "episode_id": long}),
         ("get_episode", {"group": GROUP, "session": long, "episode_id": "e"}),
+        ("get_message", {"group": GROUP, "session": "s", "message_id": long}),
         ("search_memory", {"group": GROUP + long, "query": "lake"}),
         ("add_messages", {"group": GROUP, "session": "s", "messages": [{"id": long, "content": "hi"}]}),
     ]

@@ -1,7 +1,12 @@
-"""Evidence recall on LoCoMo dev and REALTALK dev: epimem's context and search against single-turn baselines.
+"""Evidence recall on LoCoMo dev, REALTALK dev and BEAM dev: epimem's context and search against single-turn
+baselines.
 
-    .venv/bin/python tests/benchmarks/recall.py [--datasets locomo,realtalk] [--data-dir DIR] [--loo] [--quick]
-                                                 [--mode flushed|chat|both] [--idle SECONDS]
+    .venv/bin/python tests/benchmarks/recall.py [--datasets locomo,realtalk,beam,beam500] [--data-dir DIR] [--loo]
+                                                 [--quick] [--mode flushed|chat|both] [--idle SECONDS] [--budgets ..]
+
+``beam`` is BEAM's ten 100K user-assistant chats, ``beam500`` its three 500K ones (tests/benchmarks/beam.py: each
+chat a group, each batch a session, messages whole); their budgets are 1,000 / 2,000 / 4,000 tokens, the others'
+500 / 1,000 / 2,000 (``--budgets`` sets one list for all).
 
 Each conversation becomes one group (one session per session of the file, message id = dia_id),
 ingested through the real pipeline with the offline episode generator; REALTALK messages keep their
@@ -13,7 +18,7 @@ and for the three single-turn baselines of ../shared/data/README.md (reproduced 
 episode recall@k of search (share of the evidence message ids inside the top-k episodes' source
 messages, k = 1, 3, 5, 10). ``--loo`` adds the leave-one-conversation-out figures of the tuned
 context weights (tests/benchmarks/recall_tune.py) beside the in-sample ones. ``--quick`` (CI): the
-first sessions of one conversation per dataset, no leave-one-out.
+first sessions of one conversation per dataset (BEAM: the first batch of one chat), no leave-one-out.
 
 ``--mode`` says how the conversations go in. ``flushed``: each conversation's sessions in one call,
 every session formed before the questions (the friendliest client). ``chat``: as a chat app adds
@@ -41,6 +46,7 @@ if str(ROOT) not in sys.path:  # run as a file: make the repository importable
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
+import beam  # noqa: E402
 from locomo import BASELINE_NAMES, BASELINES, BUDGETS, Sample, Scores, Turn, baseline_recall, evidence_recall  # noqa: E402
 from locomo import load_samples as load_locomo  # noqa: E402
 from locomo import questions as sample_questions  # noqa: E402
@@ -51,9 +57,13 @@ from tests.benchmarks._common import LOCOMO  # noqa: E402
 REALTALK = Path(os.environ.get("EPIMEM_REALTALK", LOCOMO.parent / "realtalk-dev"))
 EPISODE_KS = (1, 3, 5, 10)
 # Every category is scored and shown; "all" (the headline figure, as in every round before) is HEADLINE's.
-CATEGORIES = {"locomo": (1, 2, 3, 4, 5), "realtalk": (1, 2, 3)}
-HEADLINE = {"locomo": (1, 2, 3, 4), "realtalk": (1, 2, 3)}
+CATEGORIES = {"locomo": (1, 2, 3, 4, 5), "realtalk": (1, 2, 3), "beam": tuple(beam.CATEGORY_NAMES)}
+CATEGORIES["beam500"] = CATEGORIES["beam"]
+HEADLINE = {"locomo": (1, 2, 3, 4), "realtalk": (1, 2, 3), "beam": CATEGORIES["beam"], "beam500": CATEGORIES["beam"]}
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+CATEGORY_NAMES.update(beam.CATEGORY_NAMES)
+# Assistant chats hold messages of ~250 (user) to ~1,000 (assistant) tokens: larger budgets.
+DATASET_BUDGETS = {"beam": (1000, 2000, 4000), "beam500": (1000, 2000, 4000)}
 QUICK_SESSIONS = 4
 QUICK_MESSAGES = 160  # and no more messages than this (chat 5's first four sessions hold 412)
 CHAT_PER_CALL = 2
@@ -90,8 +100,12 @@ def load_dataset(name: str, *, quick: bool = False) -> list[Sample]:
                 for ids in circles(samples).values()
             }
             samples = [s for s in samples if s.sample_id in chosen]
+    elif name in ("beam", "beam500"):
+        samples = beam.load_beam(beam.BEAM, ("100K",) if name == "beam" else ("500K",))
+        if quick:  # the first batch of the chat whose first batch holds the most questions (pages: one is enough)
+            return [max((cut(s, 1) for s in samples), key=lambda s: len(scored_questions(s)))]
     else:
-        raise ValueError(f"unknown dataset {name!r}: locomo or realtalk")
+        raise ValueError(f"unknown dataset {name!r}: locomo, realtalk, beam (100K chats) or beam500")
     return [cut(sample, QUICK_SESSIONS) for sample in samples] if quick else samples
 
 
@@ -247,7 +261,7 @@ def episode_table(
 def run_dataset(
     service: Any, name: str, samples: list[Sample], args: argparse.Namespace, mode: str = "flushed"
 ) -> dict[str, Any]:
-    budgets = [int(b) for b in args.budgets.split(",")]
+    budgets = dataset_budgets(name, args.budgets)
     categories = CATEGORIES[name]
     started = time.perf_counter()
     waited = 0.0
@@ -288,7 +302,7 @@ def run_dataset(
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="locomo,realtalk")
-    parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
+    parser.add_argument("--budgets", default=None, help="comma-separated (default: 500,1000,2000; BEAM 1000,2000,4000)")
     parser.add_argument("--data-dir", default=None, help="epimem data folder, kept and reused (default: temporary)")
     parser.add_argument("--no-baselines", action="store_true")
     parser.add_argument("--loo", action="store_true", help="leave-one-conversation-out of the tuned weights")
@@ -320,11 +334,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             finally:
                 service.close()
     if len(modes) == 2:
-        print_mode_difference(outcome, datasets, [int(b) for b in args.budgets.split(",")])
+        print_mode_difference(outcome, datasets, args.budgets)
     return outcome
 
 
-def print_mode_difference(outcome: dict[str, Any], datasets: dict[str, list[Sample]], budgets: Sequence[int]) -> None:
+def dataset_budgets(name: str, given: str | None) -> list[int]:
+    return [int(b) for b in given.split(",")] if given else list(DATASET_BUDGETS.get(name, BUDGETS))
+
+
+def print_mode_difference(outcome: dict[str, Any], datasets: dict[str, list[Sample]], given: str | None) -> None:
     """Context recall of the chat-app mode minus the flushed mode, per dataset, category and budget
     (in-sample, default weights; with --loo the leave-one-out tables of each mode are printed above)."""
     print("\n## chat-app mode minus flushed mode (context evidence recall, default weights)")
@@ -336,7 +354,7 @@ def print_mode_difference(outcome: dict[str, Any], datasets: dict[str, list[Samp
         print(f"\n### {name}\n")
         print("| budget | " + " | ".join(columns) + " |")
         print("|---|" + "---|" * len(columns))
-        for budget in budgets:
+        for budget in dataset_budgets(name, given):
             groups = [list(HEADLINE[name])] + [[c] for c in categories]
             cells = [f"{chat.mean(budget, g) - flushed.mean(budget, g):+.3f}" for g in groups]
             print(f"| {budget:,} | " + " | ".join(cells) + " |")

@@ -108,12 +108,36 @@ def test_search_scores_keep_the_ranking_and_min_score_cuts_the_tail(ingested: tu
     assert min(seen) < 0.5 < 2.5 < max(seen)  # the raw scores spread wide; the 0..1 scale holds them all
 
 
+def sections(out: str) -> dict[str, list[str]]:
+    """The output's "## name: ..." sections by dataset name (one per mode), and "difference: name" for each
+    "### name" of the chat-minus-flushed part."""
+    found: dict[str, list[str]] = {}
+    head, _, difference = out.partition("## chat-app mode minus flushed mode")
+    for section in head.split("\n## ")[1:]:
+        found.setdefault(section.split(":")[0], []).append(section)
+    for section in difference.split("\n### ")[1:]:
+        found.setdefault("difference: " + section.split("\n")[0].strip(), []).append(section)
+    return found
+
+
+def overall_recall(section: str) -> list[float]:
+    """The dataset table's overall figures (a circle's own table, after it, holds too few questions)."""
+    row = next(line for line in section.split("### circle")[0].splitlines() if line.startswith("| epimem context |"))
+    return [float(cell) for cell in row.split("|")[2].split("/")]
+
+
+def overall_deltas(section: str) -> list[float]:
+    rows = [row.split("|") for row in section.splitlines() if row.startswith("| ")]
+    return [float(cells[2]) for cells in rows if cells[1].strip().replace(",", "").isdigit()]
+
+
 @pytest.mark.slow
-def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
-    """tests/benchmarks/recall.py --quick --mode both: both datasets through the service, flushed and as a chat app
+def test_recall_benchmark_quick_covers_every_dataset(tmp_path: Path) -> None:
+    """tests/benchmarks/recall.py --quick --mode both: the datasets through the service, flushed and as a chat app
     (two messages per add, never a flush), baselines, search recall@k, and chat minus flushed; REALTALK's short
     form holds one chat of each circle of friends (chats 1-4, chats 5-7), each circle with its own table,
-    and LoCoMo's adversarial questions (category 5) have their column."""
+    LoCoMo's adversarial questions (category 5) have their column, and (where its data lies beside them) BEAM's
+    short form is one batch of an assistant chat, at 1,000 / 2,000 / 4,000 tokens, ahead of single-turn RRF."""
     if benchmark_data.is_shipped(locomo.LOCOMO) or benchmark_data.realtalk_folder() is None:
         pytest.skip(
             f"needs LoCoMo and REALTALK: a folder holding {benchmark_data.LOCOMO_NAME} and "
@@ -121,30 +145,37 @@ def test_recall_benchmark_quick_covers_both_datasets(tmp_path: Path) -> None:
             f"(the data found: {locomo.LOCOMO})"
         )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", benchmark_data.ENV: str(locomo.LOCOMO), "TMPDIR": str(tmp_path)}
-    command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--mode", "both"]
+    with_beam = (locomo.LOCOMO.parent / "beam-dev" / "100K").is_dir()
+    datasets = "locomo,realtalk" + (",beam" if with_beam else "")
+    command = [sys.executable, "tests/benchmarks/recall.py", "--quick", "--mode", "both", "--datasets", datasets]
     command += ["--data-dir", str(tmp_path / "data")]
     result = subprocess.run(command, capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
-    assert "## locomo: conv-30" in out and "## realtalk: Chat_1_Emi_Elise, Chat_6_Vanessa_Nicolas" in out
-    assert out.count("ingested chat") == 2 and out.count("ingested flushed") == 2
+    found = sections(out)
+    names = ["locomo", "realtalk"] + (["beam"] if with_beam else [])
+    assert sorted(k for k in found if not k.startswith("difference")) == sorted(names), list(found)
+    assert all(len(found[name]) == 2 for name in names)  # one per mode
+    assert "## locomo: conv-30" in out
+    assert "## realtalk: Chat_1_Emi_Elise, Chat_6_Vanessa_Nicolas" in out
+    assert out.count("ingested chat") == len(names) and out.count("ingested flushed") == len(names)
     for circle in ("### circle elise, emi: Chat_1_Emi_Elise", "### circle nicolas, vanessa: Chat_6_Vanessa_Nicolas"):
         assert out.count(circle) == 2, out  # one per mode
     assert out.count("| 5 adversarial |") == 3, out  # LoCoMo's table in each mode, and chat minus flushed
-    # per mode: LoCoMo, REALTALK, and each of the two circles
-    for label, count in (("| epimem context |", 8), ("| RRF of both, k=60 (single turns) |", 8)):
-        assert out.count(label) == count, out
-    assert out.count("| epimem search | all |") == 4, out
-    # the dataset tables (a circle's own table holds too few questions for a floor)
-    rows = [
-        line
-        for section in out.split("\n## ")[1:]
-        for line in section.split("### circle")[0].splitlines()
-        if line.startswith("| epimem context |")
-    ]
-    overall = [float(cell) for row in rows for cell in row.split("|")[2].split("/")]
-    assert all(0.3 < value <= 1.0 for value in overall), rows
-    difference = out[out.index("## chat-app mode minus flushed mode") :]
-    budget_rows = [row.split("|") for row in difference.splitlines() if row.startswith("| ")]
-    overall_delta = [float(cells[2]) for cells in budget_rows if cells[1].strip().replace(",", "").isdigit()]
-    assert len(overall_delta) == 6 and all(delta >= -0.05 for delta in overall_delta), difference  # 3 budgets x 2
+    # per mode: each dataset, and each of REALTALK's two circles
+    for label in ("| epimem context |", "| RRF of both, k=60 (single turns) |"):
+        assert out.count(label) == 2 * (len(names) + 2), out
+    assert out.count("| epimem search | all |") == 2 * len(names), out
+    for name in ("locomo", "realtalk"):
+        assert all(0.3 < value <= 1.0 for section in found[name] for value in overall_recall(section)), found[name]
+        deltas = overall_deltas(found[f"difference: {name}"][0])
+        assert len(deltas) == 3 and all(delta >= -0.05 for delta in deltas), found[f"difference: {name}"]
+    if with_beam:
+        for section in found["beam"]:
+            assert "Evidence recall at 1,000 / 2,000 / 4,000 tokens" in section
+            assert "| 13 information extraction |" in section and "| 19 temporal |" in section
+            ours = overall_recall(section)
+            rrf_row = next(line for line in section.splitlines() if line.startswith("| RRF of both"))
+            rrf = [float(cell) for cell in rrf_row.split("|")[2].split("/")]
+            assert all(0.3 < value <= 1.0 for value in ours) and all(o >= r for o, r in zip(ours, rrf, strict=True))
+        assert len(overall_deltas(found["difference: beam"][0])) == 3

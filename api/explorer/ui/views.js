@@ -318,8 +318,16 @@
     // The marker of each piece links to its episode (the citation of the same marker).
     const cite = (piece) => h("a", { href: episodeHref(ctx, group, piece.citation), class: "cite",
       title: `citation ${piece.citation.marker}: episode ${piece.citation.episode_id}` }, piece.citation.marker);
-    const message = (piece, line) => h("a", { class: "ctx-line", href: episodeHref(ctx, group, piece.citation, line.message),
-      "data-message": line.message, title: "message " + line.message }, line.text);
+    // A message held in part ("speaker (excerpt): … text …") names its span; its link opens the episode, where it is whole.
+    const excerptOf = (piece, id) => (piece.citation.excerpts || []).find((excerpt) => excerpt.message_id === id);
+    const message = (piece, line) => {
+      const excerpt = excerptOf(piece, line.message);
+      const title = excerpt
+        ? `excerpt of message ${line.message}: characters ${excerpt.start}-${excerpt.end} (open it whole)`
+        : "message " + line.message;
+      return h("a", { class: excerpt ? "ctx-line ctx-excerpt" : "ctx-line", href: episodeHref(ctx, group, piece.citation, line.message),
+        "data-message": line.message, "data-span": excerpt ? `${excerpt.start}-${excerpt.end}` : null, title }, line.text);
+    };
     return [meter, h("div", { class: "context", id: "c-text" }, h("div", { class: "ctx-line muted" }, text),
       split.map((piece) => [
         piece.day ? h("div", { class: "ctx-line ctx-head ctx-day" }, piece.day) : null,

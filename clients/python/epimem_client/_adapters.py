@@ -90,6 +90,7 @@ def citation_metadata(citation: Citation | None) -> dict[str, Any]:
         "timestamp": citation.timestamp.isoformat(),
         "source_message_ids": list(citation.message_ids),
         "pending": citation.pending,
+        "excerpts": [excerpt.model_dump() for excerpt in citation.excerpts],
     }
 
 

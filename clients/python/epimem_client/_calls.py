@@ -30,6 +30,8 @@ from epimem_client.models import (
     GroupStats,
     HistoryOut,
     ImportReceipt,
+    Message,
+    MessageOut,
     MessagePage,
     RedactionReceipt,
     RevisionsOut,
@@ -216,6 +218,13 @@ class Calls:
     @staticmethod
     def flush(group_id: str, session_id: str) -> Call[list[Episode]]:
         return Call("POST", session_path(group_id, session_id) + "/flush", _part(EpisodesOut, "episodes"))
+
+    @staticmethod
+    def get_message(group_id: str, session_id: str, message_id: str) -> Call[Message]:
+        def parse(response: httpx.Response) -> Message:
+            return MessageOut.model_validate_json(response.content).message
+
+        return Call("GET", f"{session_path(group_id, session_id)}/messages/{path_segment(message_id)}", parse)
 
     @staticmethod
     def history(group_id: str, session_id: str, limit: int, cursor: str | None) -> Call[MessagePage]:

@@ -113,6 +113,10 @@ class EpimemClient(_Client[httpx.Client], Operations):
     def flush(self, group_id: str, session_id: str) -> list[Episode]:
         return self._do(Calls.flush(group_id, session_id))
 
+    def get_message(self, group_id: str, session_id: str, message_id: str) -> Message:
+        """One message as stored, whole (a citation's excerpt is a span of its content)."""
+        return self._do(Calls.get_message(group_id, session_id, message_id))
+
     def history(self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None) -> MessagePage:
         """A page of the session's messages in event-time order, with ``next_cursor`` (None on the last page)."""
         return self._do(Calls.history(group_id, session_id, limit, cursor))
@@ -265,6 +269,9 @@ class AsyncEpimemClient(_Client[httpx.AsyncClient], AsyncOperations):
 
     async def flush(self, group_id: str, session_id: str) -> list[Episode]:
         return await self._do(Calls.flush(group_id, session_id))
+
+    async def get_message(self, group_id: str, session_id: str, message_id: str) -> Message:
+        return await self._do(Calls.get_message(group_id, session_id, message_id))
 
     async def history(
         self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None

@@ -130,6 +130,12 @@ class TimelinePage(WireModel):
     pending: list[str] = Field(default_factory=list)  # ids of this page's open episodes (messages not in one yet)
 
 
+class Excerpt(WireModel):
+    message_id: str
+    start: int  # the excerpt's first character in the message's content (code points)
+    end: int  # one past its last character
+
+
 class Citation(WireModel):
     marker: str = ""  # the marker that opens this piece in the context text: "[1]" for the first citation, ...
     episode_id: str
@@ -137,6 +143,7 @@ class Citation(WireModel):
     timestamp: datetime
     message_ids: list[str]
     pending: bool = False  # the messages are not in an episode yet (episode_id: their session's open episode)
+    excerpts: list[Excerpt] = Field(default_factory=list)  # messages the text holds in part, with their spans
 
 
 class ContextResult(WireModel):
@@ -293,6 +300,10 @@ class RevisionsOut(WireModel):
 
 class EpisodesOut(WireModel):
     episodes: list[Episode]
+
+
+class MessageOut(WireModel):
+    message: Message
 
 
 class EpisodeOut(WireModel):

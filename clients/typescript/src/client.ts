@@ -10,6 +10,7 @@ import type {
   GroupConfigurationIn,
   HistoryOut,
   ImportReceipt,
+  Message,
   MessageIn,
   SearchHit,
   SearchQuery,
@@ -114,6 +115,12 @@ export class EpimemClient {
   /** The session's messages in event-time order, one page → `{messages, next_cursor}`; pass `next_cursor` back as `cursor`. */
   async history(group: string, session: string, page: { limit?: number; cursor?: string } = {}): Promise<HistoryOut> {
     return this.#json({ method: "GET", path: `${sessionPath(group, session)}/messages`, query: page });
+  }
+
+  /** One message as stored, whole: what a citation's excerpt (a span of its content) was cut from. */
+  async getMessage(group: string, session: string, messageId: string): Promise<Message> {
+    const path = `${sessionPath(group, session)}/messages/${pathSegment(messageId)}`;
+    return (await this.#json<{ message: Message }>({ method: "GET", path })).message;
   }
 
   /** One episode → `{episode, messages}`; `messages` (its source messages) only with `expand: true`. */

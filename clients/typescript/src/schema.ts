@@ -34,7 +34,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * One message, whole and verbatim
+         * @description The message as stored: what a citation's excerpt (a span of its content) was cut from.
+         */
+        get: operations["get_message_v1_groups__group_id__sessions__session_id__messages__message_id__get"];
         put?: never;
         post?: never;
         /** Delete one message (and rebuild what was made from it) */
@@ -913,6 +917,11 @@ export interface components {
              * @default false
              */
             pending?: boolean;
+            /**
+             * Excerpts
+             * @description the messages of message_ids the text holds in part ('speaker (excerpt): … text …'), each with the span of its content that it holds; a message not listed is held whole
+             */
+            excerpts?: components["schemas"]["Excerpt"][];
         };
         /** Cleared */
         Cleared: {
@@ -1187,6 +1196,24 @@ export interface components {
              * @description structured context, e.g. the invalid fields
              */
             details?: unknown;
+        };
+        /**
+         * Excerpt
+         * @description A message the context holds in part: its id and the span of its content the context text holds.
+         */
+        Excerpt: {
+            /** Message Id */
+            message_id: string;
+            /**
+             * Start
+             * @description the excerpt's first character in the message's content (code points)
+             */
+            start: number;
+            /**
+             * End
+             * @description one past its last character
+             */
+            end: number;
         };
         /**
          * GenerationMethod
@@ -1649,6 +1676,10 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+        };
+        /** MessageOut */
+        MessageOut: {
+            message: components["schemas"]["Message"];
         };
         /**
          * MessagesIn
@@ -2422,6 +2453,114 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["AddReceipt"];
+                };
+            };
+            /** @description missing or unknown API key */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the key may not do this in this group (says nothing about whether the group exists); in local mode: a client, Host or Origin that is not this machine */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description conflict (e.g. a message id already stored with other content) */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description request body too large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a request that changes state takes JSON (application/json, or application/x-ndjson to import) */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description invalid input */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description over a limit of the key or the group (`details.limit` names it); retry after `Retry-After` seconds */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description the vector store is unavailable; retry after `Retry-After` seconds */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    get_message_v1_groups__group_id__sessions__session_id__messages__message_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description group id (1-500 characters, no control characters, no '/') */
+                group_id: string;
+                /** @description session id (1-500 characters, no control characters, no '/') */
+                session_id: string;
+                /** @description message id (1-256 characters, no control characters, no '/') */
+                message_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessageOut"];
                 };
             };
             /** @description missing or unknown API key */

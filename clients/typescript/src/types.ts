@@ -21,6 +21,8 @@ export type ScoreComponents = Answer<Schemas["ScoreComponents"]>;
 export type ContextQuery = Schemas["ContextQuery"];
 export type ContextResult = Answer<Schemas["ContextResult"]>;
 export type Citation = Answer<Schemas["Citation"]>;
+/** A message a citation holds in part: its id and the span of its content (`start`, `end`: code points). */
+export type Excerpt = Answer<Schemas["Excerpt"]>;
 export type TimelinePage = Answer<Schemas["TimelinePage"]>;
 export type SessionInfo = Answer<Schemas["SessionInfo"]>;
 export type SessionInfoIn = Schemas["SessionInfoIn"];

@@ -72,6 +72,27 @@ describe("calls", () => {
     assert.deepEqual([...context.text.matchAll(/^(\[\d+\]) /gm)].map((m) => m[1]), context.citations.map((c) => c.marker));
   });
 
+  test("a long reply is cited as an excerpt with its span, and getMessage returns it whole", async () => {
+    const steps = Array.from({ length: 30 }, (_v, n) => `Step ${n}: review the backlog and estimate the tasks.`);
+    steps.splice(17, 0, "Your first sprint ends on March 29, two days before the investor demo.");
+    const reply = steps.join("\n\n");
+    const own = newGroup("excerpts");
+    await memory.addMessages(own, "chat-3", [
+      { id: "plan", role: "assistant", content: reply, timestamp: "2023-07-01T09:00:00Z" },
+    ]);
+    await memory.flush(own, "chat-3");
+    const context = await memory.context(own, { query: "When does my first sprint end?", token_budget: 300 });
+    const excerpts = context.citations.flatMap((c) => c.excerpts);
+    const excerpt = excerpts.find((e) => e.message_id === "plan");
+    assert.ok(excerpt, JSON.stringify(context));
+    // Spans count code points; this reply is ASCII, so string indices are the same.
+    assert.match(reply.slice(excerpt.start, excerpt.end), /March 29/);
+    assert.match(context.text, /assistant \(excerpt\): … /);
+    const whole = await memory.getMessage(own, "chat-3", "plan");
+    assert.equal(whole.content, reply);
+    await memory.deleteGroup(own);
+  });
+
   test("timeline pages in time order with the cursor", async () => {
     const first = await memory.timeline(group, { limit: 1 });
     assert.equal(first.episodes.length, 1);

@@ -173,7 +173,8 @@ def context(
         err.print(
             f"  {citation.marker} {citation.timestamp:%Y-%m-%d %H:%M} {citation.session_id}: "
             f"messages {', '.join(citation.message_ids)} (episode {citation.episode_id})"
-            + (" (pending)" if citation.pending else ""),
+            + (" (pending)" if citation.pending else "")
+            + "".join(f"; excerpt of {e.message_id}: characters {e.start}-{e.end}" for e in citation.excerpts),
             soft_wrap=True,
             highlight=False,
         )

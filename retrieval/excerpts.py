@@ -1,0 +1,143 @@
+"""Excerpts: the part of a long message that matters to a query, cited by its character span.
+
+A message is cut into units at paragraph, line and sentence ends (a unit longer than the excerpt is cut at
+whitespace). Each unit is scored by the query's words it holds (the keyword index's tokens: stemmed, no
+stopwords), a word weighing more the fewer units of the message hold it; the excerpt is the run of consecutive
+units of at most ``limit`` characters with the highest total, the earliest of equal runs. A message none of
+whose units holds a query word gives its opening (where a message usually states its point).
+
+Spans are offsets into the message's content as stored (Python string indices: Unicode code points), end
+exclusive, without the whitespace at either edge.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memory.models import Episode, Message
+from memory.text import message_line
+from retrieval.bm25 import tokenize
+
+_UNIT_END = re.compile(r"\n|(?<=[.!?;:])\s+")
+MARK = "…"
+
+
+@dataclass(frozen=True)
+class Units:
+    """A message's units: their spans in the content, and the distinct words of each."""
+
+    spans: tuple[tuple[int, int], ...]
+    words: tuple[frozenset[str], ...]
+
+
+def _cut(content: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
+    """[start, end) in spans of at most ``limit`` characters, cut at the last whitespace before the limit
+    (mid-word only where a run holds none), each without edge whitespace."""
+    spans = []
+    while start < end:
+        while start < end and content[start].isspace():
+            start += 1
+        if start >= end:
+            break
+        stop = min(end, start + limit)
+        if stop < end:
+            space = max(content.rfind(" ", start + 1, stop), content.rfind("\n", start + 1, stop))
+            stop = space if space > start else stop
+        last = stop
+        while last > start and content[last - 1].isspace():
+            last -= 1
+        spans.append((start, last))
+        start = stop
+    return spans
+
+
+def unit_spans(content: str, limit: int) -> list[tuple[int, int]]:
+    """The content's units, in order, none longer than ``limit`` characters."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for found in _UNIT_END.finditer(content):
+        spans += _cut(content, start, found.start(), limit)
+        start = found.end()
+    spans += _cut(content, start, len(content), limit)
+    return spans
+
+
+@functools.lru_cache(maxsize=4096)
+def units(content: str, limit: int) -> Units:
+    """The units of a message (kept for the messages read most recently: the same long messages recur)."""
+    spans = unit_spans(content, limit) or [(0, len(content))]
+    words = tokenize([content[a:b] for a, b in spans])
+    return Units(tuple(spans), tuple(frozenset(w) for w in words))
+
+
+def query_words(text: str) -> frozenset[str]:
+    return frozenset(tokenize([text])[0]) if text.strip() else frozenset()
+
+
+def excerpt_span(content: str, wanted: frozenset[str], limit: int) -> tuple[int, int]:
+    """The span of ``content`` (at most ``limit`` characters) that holds the most of the ``wanted`` words."""
+    found = units(content, limit)
+    scores = _unit_scores(found.words, wanted)
+    spans = found.spans
+    best, best_at, total, first = -1.0, (0, 0), 0.0, 0
+    for last, (_start, end) in enumerate(spans):
+        total += scores[last]
+        while end - spans[first][0] > limit:
+            total -= scores[first]
+            first += 1
+        if total > best + 1e-12:
+            best, best_at = total, (first, last)
+    if best <= 0:  # no unit holds a query word: the opening
+        first, last = 0, 0
+        while last + 1 < len(spans) and spans[last + 1][1] - spans[0][0] <= limit:
+            last += 1
+        best_at = (first, last)
+    return spans[best_at[0]][0], spans[best_at[1]][1]
+
+
+def _unit_scores(words: Sequence[frozenset[str]], wanted: frozenset[str]) -> list[float]:
+    if not wanted:
+        return [0.0] * len(words)
+    held = {word: sum(word in unit for unit in words) for word in wanted}
+    weight = {word: math.log(1 + len(words) / count) for word, count in held.items() if count}
+    return [sum(weight.get(word, 0.0) for word in unit & wanted) for unit in words]
+
+
+def excerpt_text(content: str, span: tuple[int, int]) -> str:
+    """The span's text on one line, with ``…`` where the message goes on before or after it."""
+    start, end = span
+    text = " ".join(content[start:end].split())
+    before = MARK + " " if content[:start].strip() else ""
+    after = " " + MARK if content[end:].strip() else ""
+    return f"{before}{text}{after}"
+
+
+class MessageLines:
+    """Each message's line in one context: ``message_line``, or for a message longer than the excerpt limit its
+    excerpt for the query, "speaker (excerpt): … text …" (chosen once per message and request)."""
+
+    def __init__(self, match_text: str, limit_chars: int | None) -> None:
+        self._match_text = match_text
+        self.limit_chars = limit_chars
+        self._chosen: dict[tuple[str, int], tuple[str, tuple[int, int] | None]] = {}
+
+    @functools.cached_property
+    def _wanted(self) -> frozenset[str]:
+        return query_words(self._match_text)
+
+    def of(self, episode: Episode, index: int, message: Message) -> tuple[str, tuple[int, int] | None]:
+        """(the line, the excerpt's span in the content or None for the whole message)."""
+        key = (episode.uuid, index)
+        found = self._chosen.get(key)
+        if found is None:
+            if self.limit_chars is not None and len(message.content) > self.limit_chars:
+                span = excerpt_span(message.content, self._wanted, self.limit_chars)
+                found = (f"{message.speaker} (excerpt): {excerpt_text(message.content, span)}", span)
+            else:
+                found = (message_line(message), None)
+            self._chosen[key] = found
+        return found

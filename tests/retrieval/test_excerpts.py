@@ -1,0 +1,190 @@
+"""Excerpts: a long message is packed as the part that matters to the query, cited with its span; the whole
+message is one call away (facade, HTTP, the Python client)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from api.facade import Epimem
+from api.server import create_app
+from api.settings import Settings
+from epimem_client._adapters import citation_metadata
+from epimem_client.models import ContextResult as ClientContext
+from memory.embedding.embedder import SentenceTransformerEmbedder
+from retrieval.context import PackingPolicy
+from retrieval.excerpts import MARK, excerpt_span, excerpt_text, query_words, unit_spans
+from retrieval.types import ContextResult
+
+T0 = datetime(2024, 3, 15, 9, 0, tzinfo=UTC)
+LIMIT = PackingPolicy().excerpt_tokens * 4  # type: ignore[operator]
+FILLER = [
+    "Start by listing every task the launch depends on and estimate each one in hours.",
+    "Keep the estimates honest: add a buffer of twenty percent for reviews and surprises.",
+    "Group the tasks by component so that each sprint delivers something a user can try.",
+    "Here is a small helper for the planning sheet:\n```python\ndef hours(tasks):\n"
+    "    return sum(t.estimate for t in tasks)\n```",
+    "Review the backlog with the team every Monday and move anything blocked to the next sprint.",
+    "Track the velocity of each sprint; after two sprints the estimates become far more reliable.",
+]
+FACT = "Your first sprint ends on March 29, two days before the investor demo."
+
+
+def long_reply(fact_at: int, paragraphs: int = 24) -> str:
+    body = [FILLER[i % len(FILLER)] for i in range(paragraphs)]
+    body.insert(fact_at, FACT)
+    return "\n\n".join(body)
+
+
+@pytest.fixture(scope="module")
+def memory(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Iterator[Epimem]:
+    service = Epimem.from_settings(
+        Settings(data_dir=tmp_path_factory.mktemp("excerpts")), background=False, embedder=embedder
+    )
+    yield service
+    service.close()
+
+
+def add_chat(service: Epimem, group_id: str, reply: str) -> None:
+    messages = [
+        ("u1", "user", "I'm planning two-week sprints for the budget tracker, starting March 15."),
+        ("a1", "assistant", reply),
+        ("u2", "user", "Thanks, I'll set up the planning sheet tonight."),
+    ]
+    service.add_messages(
+        group_id,
+        "chat-1",
+        [
+            {"id": i, "role": role, "content": text, "timestamp": (T0 + timedelta(minutes=n)).isoformat()}
+            for n, (i, role, text) in enumerate(messages)
+        ],
+    )
+    service.flush(group_id, "chat-1")
+
+
+def check_excerpts(result: ContextResult, budget: int, contents: dict[str, str]) -> None:
+    """Within budget by both measures; each excerpt's span lies in its message, holds at most LIMIT characters,
+    and its text (squashed, marked where the message goes on) is in the context text."""
+    assert result.tokens <= budget and math.ceil(len(result.text) / 4) <= budget
+    for citation in result.citations:
+        for excerpt in citation.excerpts:
+            assert excerpt.message_id in citation.message_ids
+            content = contents[excerpt.message_id]
+            assert 0 <= excerpt.start < excerpt.end <= len(content) and excerpt.end - excerpt.start <= LIMIT
+            line = f"assistant (excerpt): {excerpt_text(content, (excerpt.start, excerpt.end))}"
+            assert line in result.text.splitlines() or any(text.endswith(line) for text in result.text.splitlines()), (
+                result.text
+            )
+
+
+@pytest.mark.parametrize("fact_at", [0, 12, 24])
+def test_a_long_message_is_packed_as_the_excerpt_that_answers(memory: Epimem, fact_at: int) -> None:
+    group_id = f"excerpt-{fact_at}"
+    reply = long_reply(fact_at)
+    assert len(reply) > 3 * LIMIT
+    add_chat(memory, group_id, reply)
+    result = memory.context(group_id, "When does my first sprint end?", token_budget=200)
+    check_excerpts(result, 200, {"a1": reply})
+    excerpts = [e for c in result.citations for e in c.excerpts]
+    assert [e.message_id for e in excerpts] == ["a1"]
+    held = reply[excerpts[0].start : excerpts[0].end]
+    assert FACT in held  # the part that answers, wherever it stands in the message
+    assert ("(excerpt): " + MARK) in result.text if excerpts[0].start > 0 else True
+    cited = {m for c in result.citations for m in c.message_ids}
+    assert "u1" in cited  # the short messages are held whole, beside it
+    assert all(e.message_id != "u1" for e in excerpts)
+    # The whole message is one call away.
+    assert memory.get_message(group_id, "chat-1", "a1").content == reply
+
+
+def test_without_excerpts_the_long_message_does_not_fit_a_small_budget(memory: Epimem) -> None:
+    group_id = "excerpt-off"
+    reply = long_reply(6)
+    add_chat(memory, group_id, reply)
+    builder = memory.context_builder
+    whole = builder.policy
+    try:
+        builder.policy = replace(whole, excerpt_tokens=None)
+        result = memory.context(group_id, "When does my first sprint end?", token_budget=200)
+    finally:
+        builder.policy = whole
+    assert "a1" not in {m for c in result.citations for m in c.message_ids}
+    assert not [e for c in result.citations for e in c.excerpts] and "(excerpt)" not in result.text
+
+
+def test_a_word_deep_in_a_long_message_is_found_and_shown(memory: Epimem) -> None:
+    """Past the model's window (the first 256 wordpieces): the keyword index reads the whole text, and the excerpt
+    shows where the word stands."""
+    group_id = "excerpt-deep"
+    reply = "\n\n".join([FILLER[i % len(FILLER)] for i in range(400)] + ["The staging database is called ravenwood."])
+    add_chat(memory, group_id, reply)
+    result = memory.context(group_id, "What is the staging database called?", token_budget=300)
+    check_excerpts(result, 300, {"a1": reply})
+    (excerpt,) = [e for c in result.citations for e in c.excerpts]
+    assert "ravenwood" in reply[excerpt.start : excerpt.end] and excerpt.end == len(reply)
+
+
+def test_http_citations_carry_spans_and_the_message_is_one_call_away(memory: Epimem, tmp_path: Path) -> None:
+    group_id = "excerpt-http"
+    reply = long_reply(3)
+    add_chat(memory, group_id, reply)
+    with TestClient(create_app(memory)) as client:
+        answer = client.post(f"/v1/groups/{group_id}/context", json={"query": "first sprint end?", "token_budget": 200})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        spans = [e for c in body["citations"] for e in c["excerpts"]]
+        assert [e["message_id"] for e in spans] == ["a1"]
+        assert FACT in reply[spans[0]["start"] : spans[0]["end"]]
+        parsed = ClientContext.model_validate(body)  # the thin client reads them too
+        (holding,) = [c for c in parsed.citations if c.excerpts]
+        assert citation_metadata(holding)["excerpts"] == [spans[0]]
+        whole = client.get(f"/v1/groups/{group_id}/sessions/chat-1/messages/a1")
+        assert whole.status_code == 200 and whole.json()["message"]["content"] == reply
+        assert client.get(f"/v1/groups/{group_id}/sessions/chat-1/messages/nope").status_code == 404
+        assert client.get(f"/v1/groups/{group_id}/sessions/other/messages/a1").status_code == 404
+        assert client.get(f"/v1/groups/other-{group_id}/sessions/chat-1/messages/a1").status_code == 404
+        assert client.get(f"/v1/groups/{group_id}/sessions/chat-1/messages/a%01b").status_code == 422
+
+
+# -- the units and the choice ------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(st.characters(codec="utf-8"), max_size=600), st.integers(min_value=1, max_value=120))
+def test_units_cover_every_visible_character_within_the_limit(content: str, limit: int) -> None:
+    spans = unit_spans(content, limit)
+    covered: set[int] = set()
+    previous_end = 0
+    for start, end in spans:
+        assert previous_end <= start < end <= len(content) and end - start <= limit
+        assert not content[start].isspace() and not content[end - 1].isspace()
+        covered |= set(range(start, end))
+        previous_end = end
+    assert {i for i, char in enumerate(content) if not char.isspace()} <= covered
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(FILLER + [FACT]), min_size=1, max_size=30), st.integers(min_value=40, max_value=900))
+def test_the_excerpt_is_a_span_within_the_limit_holding_the_query_s_rarest_words(parts: list[str], limit: int) -> None:
+    content = "\n".join(parts)
+    start, end = excerpt_span(content, query_words("first sprint ends March"), limit)
+    assert 0 <= start < end <= len(content) and end - start <= max(limit, 1)
+    if FACT in parts and len(FACT) <= limit:
+        assert FACT in content[start:end]
+
+
+def test_without_a_query_word_the_excerpt_is_the_opening() -> None:
+    content = long_reply(5)
+    start, end = excerpt_span(content, query_words("zebra"), LIMIT)
+    assert start == 0 and end <= LIMIT and content[:end].rstrip() == content[:end]
+    text = excerpt_text(content, (start, end))
+    assert text.endswith(" " + MARK) and not text.startswith(MARK)
+    assert excerpt_text(content, (0, len(content))) == " ".join(content.split())
