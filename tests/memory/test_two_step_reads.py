@@ -54,9 +54,11 @@ def _filled(service: Epimem, group_id: str) -> None:
     two_episode_session(service, group_id, "s1", day=0)
     two_episode_session(service, group_id, "s2", day=3)
     service.add_messages(group_id, "s3", chat("open", 3, start=T0 + timedelta(days=20)))  # never flushed
-    # The writes may have set the snapshot follower going (a background build of the group's snapshot): it ends
-    # before a test forgets the group, or its snapshot could be installed after the forget.
+    # The writes may have set the snapshot follower going (a background build of the group's snapshot), and a read
+    # of a deferred snapshot a background read: both end before a test forgets the group, or what they read could
+    # be installed after the forget.
     assert service.read_model.wait_followed(30)
+    service.read_model.wait_upgrades(30)
 
 
 def _read_whole(service: Epimem, group_id: str) -> Any:
@@ -83,6 +85,7 @@ def test_the_first_read_waits_for_the_columns_only(
     _filled(two_step, group_id)
     snapshots = two_step.read_model
     expected = answers(two_step, group_id, QUERIES)  # from the snapshot the writes patched
+    snapshots.wait_upgrades(30)
     snapshots.forget(group_id)
     gate = Gate(monkeypatch, after=False)
     assert answers(two_step, group_id, QUERIES) == expected  # columns only: the rest read from Chroma per request
