@@ -121,7 +121,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 FILE_COSTS = {
     "tests/integration/test_benchmarks_short.py": 160,
     "tests/integration/test_formation_reads.py": 150,
-    "tests/integration/test_retrieval_locomo.py": 110,
+    "tests/integration/test_retrieval_locomo.py": 140,
     "tests/integration/test_docs.py": 105,
     "tests/memory/test_concurrency.py": 95,
     "tests/memory/test_erasure.py": 80,
@@ -129,7 +129,7 @@ FILE_COSTS = {
     "tests/api/test_import_history.py": 75,
     "tests/memory/test_crash.py": 70,
     "tests/integration/test_open_files.py": 65,
-    "tests/integration/test_notebooks.py": 55,
+    "tests/integration/test_notebooks.py": 80,
     "tests/memory/test_snapshot_patches.py": 55,
     "tests/integration/test_distributions.py": 50,
     "tests/api/test_explorer.py": 50,

@@ -24,8 +24,11 @@ from locomo import Sample, Turn
 from memory.ingest.importers import LocomoSample, Question
 from memory.models import Message, Role
 from tests.benchmarks._common import LOCOMO
+from tests.benchmarks.benchmark_data import ROOT, data_folder
 
 BEAM = LOCOMO.parent / "beam-dev"
+# A short user-assistant chat of the project's own, in BEAM's format: what runs on a clone with nothing beside it.
+SHIPPED_CHAT = ROOT / "examples" / "assistant-chat"
 START = datetime(2024, 1, 1, 9, 0, tzinfo=UTC)
 SPACING = timedelta(minutes=2)
 BATCH_GAP = timedelta(days=1)
@@ -105,6 +108,13 @@ def load_chat(folder: Path) -> Sample:
     ]
     sample_id = f"beam-{folder.parent.name}-{folder.name}"
     return Sample(LocomoSample(sample_id, ("user", "assistant"), sessions, questions), turns)
+
+
+def assistant_chat_folder() -> Path:
+    """BEAM's first 100K chat where the benchmark data lies beside the repository, else the shipped example."""
+    folder = data_folder()
+    chat = folder / "beam-dev" / "100K" / "1" if folder is not None else None
+    return chat if chat is not None and (chat / "chat.json").exists() else SHIPPED_CHAT
 
 
 def load_beam(root: Path = BEAM, sizes: tuple[str, ...] = ("100K",)) -> list[Sample]:

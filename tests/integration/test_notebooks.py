@@ -29,6 +29,7 @@ BUDGETS = {
     "01_quickstart.ipynb": (240, 0),
     "02_timeline_explorer.ipynb": (420, 2),
     "03_retrieval_quality.ipynb": (600, 3),
+    "04_assistant_chat.ipynb": (300, 2),
 }
 
 
@@ -225,3 +226,17 @@ def test_episodes_rows_and_vectors_come_from_the_store(
     sailing = service.embedder.embed_batch(["sailing on a lake"])[0]
     assert int(np.argmax(found.vectors @ sailing)) == 1  # each stored vector is about its own episode
     assert episode_vectors(service, "empty-" + group_id).vectors.shape == (0, service.embedder.dimension)
+
+
+def test_the_shipped_assistant_chat_is_beam_shaped_with_answerable_questions() -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
+    from tests.benchmarks.beam import SHIPPED_CHAT, load_chat
+
+    sample = load_chat(SHIPPED_CHAT).locomo
+    roles = {message.role.value for message in sample.messages}
+    assert len(sample.sessions) == 3 and roles == {"user", "assistant"}
+    assert max(len(m.content) for m in sample.messages if m.role.value == "assistant") > 1000  # held as excerpts
+    ids = {message.id for message in sample.messages}
+    assert len(sample.questions) >= 5 and all(q.evidence and set(q.evidence) <= ids for q in sample.questions)
+    stamps = [message.timestamp for messages in sample.sessions.values() for message in messages]
+    assert stamps == sorted(stamps) and stamps[0].isoformat() == "2024-03-15T09:00:00+00:00"
