@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,12 +68,34 @@ def unit_spans(content: str, limit: int) -> list[tuple[int, int]]:
     return spans
 
 
-@functools.lru_cache(maxsize=4096)
+# The units of the messages cut most recently, up to this many characters of their text in all: the same long
+# messages recur from one request to the next, and a cut costs about a millisecond per 2,000 characters.
+UNITS_CACHE_CHARS = 4_000_000
+_units_cache: OrderedDict[tuple[str, int], Units] = OrderedDict()
+_units_cache_chars = 0
+_units_lock = threading.Lock()
+
+
 def units(content: str, limit: int) -> Units:
-    """The units of a message (kept for the messages read most recently: the same long messages recur)."""
+    """The units of a message, its spans cut at ``limit`` characters at most."""
+    global _units_cache_chars
+    key = (content, limit)
+    with _units_lock:
+        found = _units_cache.get(key)
+        if found is not None:
+            _units_cache.move_to_end(key)
+            return found
     spans = unit_spans(content, limit) or [(0, len(content))]
     words = tokenize([content[a:b] for a, b in spans])
-    return Units(tuple(spans), tuple(frozenset(w) for w in words))
+    found = Units(tuple(spans), tuple(frozenset(w) for w in words))
+    with _units_lock:
+        if key not in _units_cache and len(content) <= UNITS_CACHE_CHARS:
+            _units_cache[key] = found
+            _units_cache_chars += len(content)
+            while _units_cache_chars > UNITS_CACHE_CHARS:
+                (old, _limit), _units = _units_cache.popitem(last=False)
+                _units_cache_chars -= len(old)
+    return found
 
 
 def query_words(text: str) -> frozenset[str]:

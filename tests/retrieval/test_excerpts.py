@@ -4,6 +4,7 @@ message is one call away (facade, HTTP, the Python client)."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from api.settings import Settings
 from epimem_client._adapters import citation_metadata
 from epimem_client.models import ContextResult as ClientContext
 from memory.embedding.embedder import SentenceTransformerEmbedder
+from retrieval import excerpts
 from retrieval.context import PackingPolicy
 from retrieval.excerpts import MARK, excerpt_span, excerpt_text, query_words, unit_spans
 from retrieval.types import ContextResult
@@ -188,3 +190,19 @@ def test_without_a_query_word_the_excerpt_is_the_opening() -> None:
     text = excerpt_text(content, (start, end))
     assert text.endswith(" " + MARK) and not text.startswith(MARK)
     assert excerpt_text(content, (0, len(content))) == " ".join(content.split())
+
+
+def test_the_units_kept_are_bounded_by_their_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(excerpts, "UNITS_CACHE_CHARS", 5_000)
+    monkeypatch.setattr(excerpts, "_units_cache", OrderedDict())
+    monkeypatch.setattr(excerpts, "_units_cache_chars", 0)
+    texts = [long_reply(n % 24) + f" Number {n}." for n in range(6)]  # ~2,300 characters each
+    first = excerpts.units(texts[0], LIMIT)
+    assert excerpts.units(texts[0], LIMIT) is first  # kept
+    for text in texts[1:]:
+        excerpts.units(text, LIMIT)
+    assert excerpts._units_cache_chars <= 5_000 and len(excerpts._units_cache) == 2
+    assert excerpts.units(texts[0], LIMIT) is not first and excerpts.units(texts[0], LIMIT) == first  # cut again
+    huge = "word " * 1_000
+    excerpts.units(huge, LIMIT)
+    assert (huge, LIMIT) in excerpts._units_cache
