@@ -3,10 +3,13 @@ baselines.
 
     .venv/bin/python tests/benchmarks/recall.py [--datasets locomo,realtalk,beam,beam500] [--data-dir DIR] [--loo]
                                                  [--quick] [--mode flushed|chat|both] [--idle SECONDS] [--budgets ..]
+                                                 [--cost]
 
 ``beam`` is BEAM's ten 100K user-assistant chats, ``beam500`` its three 500K ones (tests/benchmarks/beam.py: each
 chat a group, each batch a session, messages whole); their budgets are 1,000 / 2,000 / 4,000 tokens, the others'
-500 / 1,000 / 2,000 (``--budgets`` sets one list for all).
+500 / 1,000 / 2,000 (``--budgets`` sets one list for all). ``--cost`` adds what ingest and a context cost against
+their floors (the messages encoded by the same embedder in batches of 64; one question's embedding), measured in
+the same run.
 
 Each conversation becomes one group (one session per session of the file, message id = dia_id),
 ingested through the real pipeline with the offline episode generator; REALTALK messages keep their
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -263,6 +267,7 @@ def run_dataset(
 ) -> dict[str, Any]:
     budgets = dataset_budgets(name, args.budgets)
     categories = CATEGORIES[name]
+    fresh = all(service.vector_count(s.sample_id) == 0 for s in samples)
     started = time.perf_counter()
     waited = 0.0
     if mode == "chat":
@@ -270,10 +275,17 @@ def run_dataset(
     else:
         ingest(service, samples)
     ingested = time.perf_counter() - started
+    context_seconds: list[float] = []
+
+    def context(group: str, question: str, budget: int) -> Any:
+        began = time.perf_counter()
+        result = service.context(group, question, token_budget=budget)
+        if budget == budgets[0]:  # a question's first context: its embedding not cached yet
+            context_seconds.append(time.perf_counter() - began)
+        return result
+
     started = time.perf_counter()
-    per_conversation = context_recall(
-        lambda group, question, budget: service.context(group, question, token_budget=budget), samples, budgets
-    )
+    per_conversation = context_recall(context, samples, budgets)
     searched = episode_recall(lambda group, question, k: service.search(group, question, k=k), samples)
     answered = time.perf_counter() - started
     results = {"epimem context": merge(per_conversation)}
@@ -283,7 +295,10 @@ def run_dataset(
     count = sum(len(scored_questions(s)) for s in samples)
     print(f"\n## {name}: {', '.join(s.sample_id for s in samples)} ({count} questions), ingested {mode}")
     how = f" (of which {waited:.1f} s waiting for the idle sessions to close)" if mode == "chat" else ""
-    print(f"ingest {ingested:.1f} s{how}; questions ({len(budgets)} contexts + 1 search each) {answered:.1f} s\n")
+    print(f"ingest {ingested:.1f} s{how}; questions ({len(budgets)} contexts + 1 search each) {answered:.1f} s")
+    if args.cost:
+        print_cost(service, samples, ingested - waited if fresh else None, context_seconds)
+    print()
     print(table(results, categories, budgets, HEADLINE[name]))
     if name == "realtalk" and not args.no_baselines:
         for people, ids in circles(samples).items():
@@ -309,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="first sessions of one conversation per dataset")
     parser.add_argument("--mode", choices=(*MODES, "both"), default="flushed", help="how the messages go in")
     parser.add_argument("--idle", type=float, default=2.0, help="chat mode: EPIMEM_EPISODE_IDLE_SECONDS")
+    parser.add_argument("--cost", action="store_true", help="ingest and /context against their floors")
     args = parser.parse_args(argv)
 
     from api.facade import Epimem
@@ -336,6 +352,32 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if len(modes) == 2:
         print_mode_difference(outcome, datasets, args.budgets)
     return outcome
+
+
+def print_cost(service: Any, samples: Sequence[Sample], ingest_s: float | None, context_s: list[float]) -> None:
+    """What ingest and a context cost against their floors, measured in the same process: the messages' lines
+    encoded by the embedder in batches of 64 (what ingest cannot do without), and one question's embedding (what a
+    context cannot do without)."""
+    from memory.text import message_line
+
+    lines = [message_line(m) for s in samples for messages in s.locomo.sessions.values() for m in messages]
+    started = time.perf_counter()
+    for first in range(0, len(lines), 64):
+        service.embedder.embed_batch(lines[first : first + 64])
+    floor = time.perf_counter() - started
+    questions = list(dict.fromkeys(q for s in samples for _c, q, _e in scored_questions(s)))
+    embedding: list[float] = []
+    for question in questions:
+        began = time.perf_counter()
+        service.embedder.embed_batch([question])
+        embedding.append(time.perf_counter() - began)
+    context_ms, query_ms = statistics.median(context_s) * 1000, statistics.median(embedding) * 1000
+    ingest = f"{ingest_s:.1f} s: {ingest_s / floor:.2f}x" if ingest_s is not None else "not measured (reused)"
+    print(f"cost: ingest {ingest} against the embedding floor {floor:.1f} s ({len(lines)} messages encoded)")
+    print(
+        f"cost: /context median {context_ms:.1f} ms against one question's embedding {query_ms:.1f} ms: "
+        f"{context_ms / query_ms:.2f}x ({len(context_s)} contexts, each question's first)"
+    )
 
 
 def dataset_budgets(name: str, given: str | None) -> list[int]:
