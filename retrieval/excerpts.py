@@ -17,7 +17,6 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory.models import Episode, Message
@@ -30,10 +29,18 @@ MARK = "…"
 
 @dataclass(frozen=True)
 class Units:
-    """A message's units: their spans in the content, and the distinct words of each."""
+    """A message's units: their spans in the content, and for each word the units that hold it."""
 
     spans: tuple[tuple[int, int], ...]
-    words: tuple[frozenset[str], ...]
+    postings: dict[str, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, spans: list[tuple[int, int]], words: list[list[str]]) -> Units:
+        postings: dict[str, list[int]] = {}
+        for index, unit in enumerate(words):
+            for word in set(unit):
+                postings.setdefault(word, []).append(index)
+        return cls(tuple(spans), {word: tuple(units) for word, units in postings.items()})
 
 
 def _cut(content: str, start: int, end: int, limit: int) -> list[tuple[int, int]]:
@@ -86,8 +93,7 @@ def units(content: str, limit: int) -> Units:
             _units_cache.move_to_end(key)
             return found
     spans = unit_spans(content, limit) or [(0, len(content))]
-    words = tokenize([content[a:b] for a, b in spans])
-    found = Units(tuple(spans), tuple(frozenset(w) for w in words))
+    found = Units.of(spans, tokenize([content[a:b] for a, b in spans]))
     with _units_lock:
         if key not in _units_cache and len(content) <= UNITS_CACHE_CHARS:
             _units_cache[key] = found
@@ -105,7 +111,7 @@ def query_words(text: str) -> frozenset[str]:
 def excerpt_span(content: str, wanted: frozenset[str], limit: int) -> tuple[int, int]:
     """The span of ``content`` (at most ``limit`` characters) that holds the most of the ``wanted`` words."""
     found = units(content, limit)
-    scores = _unit_scores(found.words, wanted)
+    scores = _unit_scores(found, wanted)
     spans = found.spans
     best, best_at, total, first = -1.0, (0, 0), 0.0, 0
     for last, (_start, end) in enumerate(spans):
@@ -123,12 +129,16 @@ def excerpt_span(content: str, wanted: frozenset[str], limit: int) -> tuple[int,
     return spans[best_at[0]][0], spans[best_at[1]][1]
 
 
-def _unit_scores(words: Sequence[frozenset[str]], wanted: frozenset[str]) -> list[float]:
-    if not wanted:
-        return [0.0] * len(words)
-    held = {word: sum(word in unit for unit in words) for word in wanted}
-    weight = {word: math.log(1 + len(words) / count) for word, count in held.items() if count}
-    return [sum(weight.get(word, 0.0) for word in unit & wanted) for unit in words]
+def _unit_scores(found: Units, wanted: frozenset[str]) -> list[float]:
+    """Per unit, the weights of the wanted words it holds: log(1 + units / units holding the word)."""
+    scores = [0.0] * len(found.spans)
+    for word in sorted(wanted):  # one order, so that equal sums are equal to the last bit
+        holding = found.postings.get(word)
+        if holding:
+            weight = math.log(1 + len(found.spans) / len(holding))
+            for index in holding:
+                scores[index] += weight
+    return scores
 
 
 def excerpt_text(content: str, span: tuple[int, int]) -> str:
