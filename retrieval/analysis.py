@@ -4,8 +4,7 @@ one value, in a ``Request`` with the query and the group as the request reads it
 the query's words again.
 
 - **names**: a speaker is named by id or by another name of theirs ("What are Kate's hobbies?" names
-  ``emi`` whom the others call Kate: retrieval.names); with ``names_to_ids`` those other names are
-  first rewritten to the ids (``text``);
+  ``emi`` whom the others call Kate: retrieval.names);
 - **match text**: the query without the names of the speakers it names (``strip_names``): a person's
   own messages rarely say their name, the speaker bonus finds them;
 - **window**: the scope's absolute bounds intersected with the words of its ``time`` (retrieval.scope);
@@ -15,12 +14,11 @@ the query's words again.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from memory.readmodel.reader import GroupReader
-from retrieval.names import named_in, with_ids, without_names
+from retrieval.names import named_in, without_names
 from retrieval.policy import ScoringPolicy
 from retrieval.scope import resolve_window
 from retrieval.speaker_names import speaker_names
@@ -29,17 +27,14 @@ from retrieval.types import ContextQuery, SearchQuery
 
 Query = ContextQuery | SearchQuery
 
-_ASKS_WHEN = re.compile(r"^\s*(?:when|what (?:date|day|time|year|month))\b|\bhow long ago\b", re.IGNORECASE)
-
 
 @dataclass(frozen=True, kw_only=True)
 class QueryAnalysis:
-    text: str  # the query as ranked (other names read as ids where the policy says so)
+    text: str  # the query as ranked
     named: frozenset[str]  # the speakers (casefolded ids) it names
     match_text: str  # the text its words are matched with: ``text`` without the names of ``named``
     window: TimeWindow  # the scope's time window
     mentions: tuple[TimeMention, ...]  # the times the query mentions
-    asks_when: bool  # "When ...?", "What date ...?", "how long ago"
 
 
 def analyse(
@@ -47,13 +42,12 @@ def analyse(
     *,
     speakers: Iterable[str],
     names: Mapping[str, set[str]],
-    names_to_ids: bool = False,
     other_names: bool = True,
     strip_names: bool = True,
     first_person: bool = False,
 ) -> QueryAnalysis:
     """``speakers``: the group's speakers (casefolded ids); ``names``: their other names (retrieval.names)."""
-    text = with_ids(query.query, names) if names_to_ids else query.query
+    text = query.query
     known = names if other_names else None
     named = named_in(text, speakers, known)
     return QueryAnalysis(
@@ -62,7 +56,6 @@ def analyse(
         match_text=without_names(text, named, known or {}, first_person=first_person) if strip_names else text,
         window=resolve_window(query),
         mentions=tuple(time_mentions(text, reference=query.reference_time, timezone=query.timezone)),
-        asks_when=bool(_ASKS_WHEN.search(text)),
     )
 
 
@@ -82,7 +75,6 @@ def understand(group: GroupReader, query: Query, policy: ScoringPolicy) -> Reque
         query,
         speakers=group.speakers(),
         names=speaker_names(group),
-        names_to_ids=policy.names_to_ids,
         other_names=policy.other_names,
         strip_names=policy.strip_names,
         first_person=policy.first_person,

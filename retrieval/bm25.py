@@ -193,19 +193,6 @@ class Postings:
         tail = self.ordered + np.flatnonzero(np.isin(self.tokens[self.ordered :], wanted))
         return tail, self.tokens[tail]
 
-    def ideal(self, query_tokens: list[str]) -> float:
-        """The sum of the query tokens' idf (as ``scores`` weighs them; a token no record holds: the greatest
-        idf): what a record holding every query token would approach, the scale of a full match."""
-        size = len(self.lengths)
-        if not query_tokens or not size:
-            return 0.0
-        tail, tail_tokens = self._tail_of([self.vocabulary[t] for t in query_tokens if t in self.vocabulary])
-        total = 0.0
-        for token in query_tokens:
-            found = len(self._entries_of(self.vocabulary[token], tail, tail_tokens)) if token in self.vocabulary else 0
-            total += _idf(size, found)
-        return total
-
     def scores(self, query_tokens: list[str], *, k1: float, b: float) -> np.ndarray:
         """BM25 of every record for the query's tokens (float32, zeros where none matches)."""
         size = len(self.lengths)

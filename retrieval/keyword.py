@@ -106,10 +106,6 @@ class KeywordIndex:
         """Bytes held by the postings and the vocabulary, estimated."""
         return self._postings.nbytes
 
-    def ideal(self, query: str) -> float:
-        """The scale of a full match of the query (bm25.Postings.ideal: its tokens' idf summed)."""
-        return self._postings.ideal(tokenize([query])[0])
-
     def scores(self, query: str) -> np.ndarray:
         with self._lock:
             kept = self._scores.get(query)

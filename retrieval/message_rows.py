@@ -9,8 +9,6 @@ episodes', made per request.
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,16 +18,6 @@ from memory.models import Episode, Message
 from memory.readmodel.reader import KIND_CODE, Derivation, GroupReader
 from memory.store.records import EPISODE_KINDS, RecordKind, message_record_id
 from memory.timeutil import to_epoch
-
-_MONTH = (
-    r"jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
-    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?"
-)
-_TIME_WORDS = re.compile(
-    rf"\b(?:yesterday|today|tonight|tomorrow|ago|last|next|this (?:week|weekend|month|year|morning|evening)"
-    rf"|weekend|(?:mon|tues|wednes|thurs|fri|satur|sun)day|{_MONTH}|(?:19|20)\d\d|\d{{1,2}}(?::\d\d)?\s*[ap]m)\b",
-    re.IGNORECASE,
-)
 
 
 @dataclass(eq=False)
@@ -50,7 +38,6 @@ class MessageRows:
     sessions: np.ndarray  # object: session id of each row
     times: np.ndarray  # float64 epoch seconds of each row
     asks: np.ndarray  # bool: the message ends with a question mark
-    timed: np.ndarray  # bool: the message carries a time expression
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -106,7 +93,6 @@ def message_rows(
         sessions=np.asarray([e.session_id for e in kept], dtype=object)[owners] if rows else np.zeros(0, object),
         times=np.asarray([to_epoch(m.timestamp) for m in rows], dtype=np.float64),
         asks=np.asarray([m.content.rstrip().endswith("?") for m in rows], dtype=bool),
-        timed=np.asarray([_timed(m.content) for m in rows], dtype=bool),
     )
 
 
@@ -145,12 +131,6 @@ def group_rows(group: GroupReader) -> MessageRows | None:
     """Every episode's messages as scoring rows, kept with the group's version; None unless the group is held
     whole in memory (scoring every message of a group read from the store would read all of it)."""
     return group.derived(GROUP_ROWS) if group.whole else None
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _timed(content: str) -> bool:
-    """Kept per text: a group's rows are built again for every version of it, from the same messages."""
-    return bool(_TIME_WORDS.search(content))
 
 
 BLOCK_ROWS = 8192  # rows summed at a time (float64 copies of their vectors)

@@ -159,16 +159,6 @@ def named_in(query: str, speakers: Iterable[str], names: Mapping[str, set[str]] 
     return found
 
 
-def with_ids(query: str, names: Mapping[str, set[str]]) -> str:
-    """The query with each other name of a speaker replaced by the speaker's id ("What are Kate's
-    hobbies?" -> "What are emi's hobbies?"): the id is what the speaker's messages carry; the other
-    name is mostly in the messages addressed to them."""
-    for speaker, aliases in names.items():
-        for name in sorted(aliases, key=len, reverse=True):
-            query = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", speaker, query, flags=re.IGNORECASE)
-    return query
-
-
 def without_names(query: str, speakers: set[str], names: Mapping[str, set[str]], *, first_person: bool = False) -> str:
     """The query without the ids and other names of ``speakers`` (with a possessive "'s"): "What are
     Kate's hobbies?" -> "What are hobbies?". The words left are what the speaker's own messages say;

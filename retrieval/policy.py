@@ -16,9 +16,6 @@ class ScoringPolicy:
     max_episodes: int = 40  # episodes whose messages are returned
     select: Literal["group", "episodes"] = "group"  # score every message, or those of the best-ranked episodes
     keyword_weight: float = 0.3  # BM25 (divided by the query's best BM25 score) added to the cosine
-    # ... divided by at least this x the query's full-match scale (its tokens' idf summed; 0: the best score only):
-    # when only the query's common words are found, the best of those matches is not worth a full keyword match
-    keyword_ideal: float = 0.0
     episode_share: float = 0.8  # weight of the episode's own signal in each of its messages' score
     neighbour_share: float = 0.2  # weight of the best adjacent message's own signal
     speaker_bonus: float = 0.6  # added to the messages of a speaker the query names (by id or other name)
@@ -26,10 +23,8 @@ class ScoringPolicy:
     question_penalty: float = 0.1  # taken from a turn that ends with a question mark
     episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
     search_evidence: float = 2.0  # search: weight of an episode's best message score beside its fused rank
-    when_bonus: float = 0.0  # "When ...?": added to messages that carry a time expression
     strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
     first_person: bool = False  # ... and one named speaker's name read as "I" / "my" (what their messages say)
-    names_to_ids: bool = False  # read a speaker's other names in the query as its id
     other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
     # The speaker bonus also for the best ``speaker_admit`` messages by their score before it, whoever said
     # them: a question naming the wrong person ("What did Caroline realise after her charity race?" when

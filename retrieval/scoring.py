@@ -107,8 +107,7 @@ def score_messages(
     index = keyword_index(group)
     keyword = index.scores(match_text)
     vector = unit(embedder.embed_query(match_text))
-    ideal = policy.keyword_ideal * index.ideal(match_text) if policy.keyword_ideal > 0 else 0.0
-    scores, prior = scored_rows(rows, vector, keyword, request, policy, ideal=ideal, recency=recency)
+    scores, prior = scored_rows(rows, vector, keyword, request, policy, recency=recency)
     plain = scores - prior
     chosen = _leading(rows, scores, policy.max_episodes if whole_group else None)
     if plain_episodes:
@@ -144,14 +143,12 @@ def scored_rows(
     request: Request,
     policy: ScoringPolicy,
     *,
-    ideal: float = 0.0,
     recency: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(one score per row, -inf outside the query's sessions and time window; the part of it the
-    speaker prior added). BM25 is divided by the query's best BM25 score, or by ``ideal`` where greater."""
+    speaker prior added). BM25 is divided by the query's best BM25 score."""
     query, analysis = request.query, request.analysis
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
-    top = max(top, ideal)
     cosine = _cosines(rows, query_vector)
 
     def lexical(positions: np.ndarray) -> np.ndarray:
@@ -186,8 +183,6 @@ def scored_rows(
         scores = scores + prior
     if analysis.mentions:
         scores += policy.time_bonus * _covered(rows, analysis.mentions)
-    if policy.when_bonus and analysis.asks_when:
-        scores += policy.when_bonus * rows.timed
     scores -= policy.question_penalty * rows.asks
     if recency and query.recency_weight > 0:
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)

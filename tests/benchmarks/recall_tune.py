@@ -73,7 +73,6 @@ VARIANTS: dict[str, PackingPolicy] = {
     "neighbour 0.1": replace(BASE, neighbour_share=0.1),
     "neighbour 0.4": replace(BASE, neighbour_share=0.4),
     "episode 0.6": replace(BASE, episode_share=0.6),
-    "when 0.2": replace(BASE, when_bonus=0.2),
     "question 0.2": replace(BASE, question_penalty=0.2),
     "episodes 80": replace(BASE, max_episodes=80),
     "admit 1": replace(BASE, speaker_admit=1),
@@ -136,9 +135,9 @@ VARIANTS: dict[str, PackingPolicy] = {
     "no length penalty (before)": replace(BASE, length_penalty=0.0),
     "length 0.05": replace(BASE, length_penalty=0.05),
     # issue 29, fifth pass (long chats): the first mention before its restatements, the older of near-equal
-    # matches first (primacy 0.1: the default since), a named person's name read as "I" / "my" in the matched text,
-    # BM25 divided by at least a share of the query's full-match scale (ScoringPolicy.keyword_ideal). Each as
-    # measured: on the fourth pass's default (no primacy) unless its name says primacy.
+    # matches first (primacy 0.1: the default since), a named person's name read as "I" / "my" in the matched text.
+    # Each as measured: on the fourth pass's default (no primacy) unless its name says primacy. (A "when" prior and
+    # BM25 divided by a share of the query's full-match scale were measured too and have left the product.)
     "no primacy (before)": replace(BASE, primacy=0.0),
     "echo 0.1 above 0.5": replace(BASE, primacy=0.0, echo=0.1, echo_floor=0.5),
     "echo 0.2 above 0.5": replace(BASE, primacy=0.0, echo=0.2, echo_floor=0.5),
@@ -151,11 +150,7 @@ VARIANTS: dict[str, PackingPolicy] = {
     "primacy 0.2": replace(BASE, primacy=0.2),
     "primacy 0.3": replace(BASE, primacy=0.3),
     "primacy 0.1 + echo 0.1 above 0.5": replace(BASE, primacy=0.1, echo=0.1, echo_floor=0.5),
-    "primacy 0.1 + keyword scale 0.2": replace(BASE, primacy=0.1, keyword_ideal=0.2),
     "first person": replace(BASE, primacy=0.0, first_person=True),
-    "keyword scale 0.2": replace(BASE, primacy=0.0, keyword_ideal=0.2),
-    "keyword scale 0.3": replace(BASE, primacy=0.0, keyword_ideal=0.3),
-    "keyword scale 0.4": replace(BASE, primacy=0.0, keyword_ideal=0.4),
     "primacy 0.1 + first person": replace(BASE, primacy=0.1, first_person=True),
 }
 SEARCH_BASE = SEARCH_POLICY

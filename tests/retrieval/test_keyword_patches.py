@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bm25s
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,21 +57,3 @@ def test_patched_postings_score_as_bm25s_from_scratch(
     same_scores(patched, patched_texts)
     if not removed:
         assert patched.vocabulary is postings.vocabulary  # shared along the lineage, only grown
-
-
-def test_the_full_match_scale_sums_the_query_tokens_idf() -> None:
-    texts = ["the dog Rex", "painting pottery", "kitten in Lisbon", "dog"]
-    postings = Postings.of(texts)
-
-    def idf(df: int, size: int = 4) -> float:
-        return float(np.log(1 + (size - df + 0.5) / (df + 0.5)))
-
-    assert postings.ideal(tokenize(["dog kitten"])[0]) == pytest.approx(idf(2) + idf(1))
-    # a token no record holds weighs the most; stopwords are not tokens at all
-    assert postings.ideal(tokenize(["the zebra"])[0]) == pytest.approx(idf(0))
-    assert postings.ideal([]) == 0.0
-    # a record added since the last sort (the unsorted tail) is counted too
-    grown = postings.renumbered(np.asarray([0, 1, 2, 3, -1], dtype=np.int64), 5)
-    added = grown.with_texts(np.asarray([4], dtype=np.int64), ["dog again"])
-    assert added.ordered < len(added.docs)
-    assert added.ideal(tokenize(["dog"])[0]) == pytest.approx(idf(3, 5))
