@@ -25,7 +25,7 @@ from memory.background import searching
 from memory.embedding.embedder import ServiceEmbedder
 from memory.episodes.generation import GeneratorStats, ReportingGenerator
 from memory.errors import InvalidInputError, NotFoundError
-from memory.ids import MAX_MESSAGE_ID_LENGTH, id_problem, require_client_session, require_scope_ids
+from memory.ids import require_client_session, require_message_id, require_scope_ids
 from memory.ingest.importers import LocomoSample
 from memory.lifecycle.audit import LOCAL_ACTOR
 from memory.lifecycle.export_format import ExportContents, read_export
@@ -195,9 +195,7 @@ class Epimem(Corrections, Operations):
     def get_message(self, group_id: str, session_id: str, message_id: str) -> Message:
         """One message as stored (whole: a citation's excerpt names its span of this content)."""
         require_scope_ids(group_id, session_id)
-        problem = id_problem(message_id, max_length=MAX_MESSAGE_ID_LENGTH) if isinstance(message_id, str) else "text"
-        if problem is not None:
-            raise InvalidInputError(f"invalid message id: {problem}")
+        require_message_id(message_id)
         return self.memory.message(group_id, session_id, message_id)
 
     def history(self, group_id: str, session_id: str, *, limit: int = 100, cursor: str | None = None) -> MessagePage:

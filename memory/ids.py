@@ -57,14 +57,22 @@ def check_message_id(value: str) -> str:
     return _checked(value, MAX_MESSAGE_ID_LENGTH)
 
 
+def _require(value: object, max_length: int, what: str) -> None:
+    problem = id_problem(value, max_length=max_length) if isinstance(value, str) else "id must be text"
+    if problem is not None:
+        raise InvalidInputError(f"invalid {what}: {problem}")
+
+
 def require_scope_ids(*ids: str | None) -> None:
     """Group and session ids given to an operation (None: not given): a 422 naming what is wrong."""
     for value in ids:
-        if value is None:
-            continue
-        problem = id_problem(value) if isinstance(value, str) else "id must be text"
-        if problem is not None:
-            raise InvalidInputError(f"invalid group or session id: {problem}")
+        if value is not None:
+            _require(value, MAX_ID_LENGTH, "group or session id")
+
+
+def require_message_id(value: str) -> None:
+    """A message id given to an operation: a 422 naming what is wrong."""
+    _require(value, MAX_MESSAGE_ID_LENGTH, "message id")
 
 
 def require_client_session(session_id: str) -> None:
