@@ -191,6 +191,18 @@ def model_embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 
+@pytest.fixture(scope="module")
+def embedded_service(
+    tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+) -> Iterator[Epimem]:
+    """One service on embedded Chroma for a whole test module (tests of surfaces, not of the storage backends)."""
+    service = Epimem.from_settings(
+        Settings(data_dir=tmp_path_factory.mktemp("embedded")), background=False, embedder=embedder
+    )
+    yield service
+    service.close()
+
+
 @pytest.fixture(scope="session")
 def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
     server = ChromaServer(tmp_path_factory.mktemp("chroma-server") / "data")

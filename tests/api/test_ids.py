@@ -14,8 +14,6 @@ from fastapi.testclient import TestClient
 
 from api.facade import Epimem
 from api.server import create_app
-from api.settings import Settings
-from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError
 from memory.ids import MAX_ID_LENGTH, PATH_ID_PATTERN, id_problem
 from memory.lifecycle.export_format import read_export
@@ -31,12 +29,8 @@ GOOD = ["team-a", "ünïcode ✓", "a b", "~x", "😀", "g" * MAX_ID_LENGTH, "a.
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Iterator[Epimem]:
-    epimem = Epimem.from_settings(
-        Settings(data_dir=tmp_path_factory.mktemp("ids")), background=False, embedder=embedder
-    )
-    yield epimem
-    epimem.close()
+def service(embedded_service: Epimem) -> Epimem:
+    return embedded_service
 
 
 @pytest.fixture(scope="module")

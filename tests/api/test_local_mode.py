@@ -10,7 +10,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,7 +25,6 @@ from api.auth import KeyRing, Role
 from api.facade import Epimem
 from api.server import create_app
 from api.settings import Settings
-from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.errors import InvalidInputError
 
 EXPORT_HEAD = '{"type": "header", "format": "epimem", "version": 1}\n'
@@ -33,12 +32,8 @@ ADMIN_ALL, ADMIN_A, WRITER_A = "admin-every-group-0001", "admin-group-a-only-000
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Iterator[Epimem]:
-    made = Epimem.from_settings(
-        Settings(data_dir=tmp_path_factory.mktemp("local")), background=False, embedder=embedder
-    )
-    yield made
-    made.close()
+def service(embedded_service: Epimem) -> Epimem:
+    return embedded_service
 
 
 def _browser(port: int, origin: str, host: str | None = None) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,10 +16,8 @@ from hypothesis import strategies as st
 
 from api.facade import Epimem
 from api.server import create_app
-from api.settings import Settings
 from epimem_client._adapters import citation_metadata
 from epimem_client.models import ContextResult as ClientContext
-from memory.embedding.embedder import SentenceTransformerEmbedder
 from retrieval import excerpts
 from retrieval.context import PackingPolicy
 from retrieval.excerpts import MARK, excerpt_span, excerpt_text, query_words, unit_spans
@@ -47,12 +44,8 @@ def long_reply(fact_at: int, paragraphs: int = 24) -> str:
 
 
 @pytest.fixture(scope="module")
-def memory(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder) -> Iterator[Epimem]:
-    service = Epimem.from_settings(
-        Settings(data_dir=tmp_path_factory.mktemp("excerpts")), background=False, embedder=embedder
-    )
-    yield service
-    service.close()
+def memory(embedded_service: Epimem) -> Epimem:
+    return embedded_service
 
 
 def add_chat(service: Epimem, group_id: str, reply: str) -> None:
