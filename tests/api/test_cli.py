@@ -5,11 +5,14 @@ as a real process answering HTTP."""
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from helpers.docs_blocks import blocks
+from helpers.paths import DOCS, ROOT
 from helpers.processes import clean_env
 from helpers.servers import AppServer, ServerProcess
 from typer.testing import CliRunner
@@ -66,6 +69,37 @@ def run(embedder: SentenceTransformerEmbedder, *args: str) -> str:
     result = runner.invoke(app, list(args), obj={"embedder": embedder})
     assert result.exit_code == 0, (result.output, result.exception)
     return result.stdout
+
+
+def test_the_pages_data_folder_commands_run_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: SentenceTransformerEmbedder
+) -> None:
+    """docs/cli.md's commands on a data folder, line by line as a reader types them (in process, with the loaded
+    model): the import finds the marathon, the timeline lands in a file, and an export imported into another group
+    holds every message of the first."""
+    (block,) = blocks(__file__, "bash", DOCS / "cli.md")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EPIMEM_URL", raising=False)
+    printed = []
+    for line in block.splitlines():
+        words = shlex.split(line.split("  #")[0])
+        assert words[0] == "epimem", line
+        target = words[words.index(">") + 1] if ">" in words else None
+        output = run(embedder, *(words[1 : words.index(">")] if target else words[1:]))
+        if target:
+            Path(target).write_text(output)
+        else:
+            printed.append(output)
+    assert "Rotterdam" in printed[1], printed[1]
+    timeline = json.loads(Path("timeline.json").read_text())
+    assert timeline["episodes"] and all(e["session_id"] == "session_1" for e in timeline["episodes"])
+    exported = [json.loads(line) for line in Path("demo-1.jsonl").read_text().splitlines()]
+    messages = [line for line in exported if line["type"] == "message"]
+    stats = json.loads(run(embedder, "stats", "--json", "--data-dir", "./cli-data"))
+    counts = {group["group_id"]: group for group in stats["groups"]}
+    assert {"epimem-demo-1", "demo-copy"} <= set(counts) and "epimem-demo-1" in printed[-1]
+    assert counts["demo-copy"]["messages"] == counts["epimem-demo-1"]["messages"] == len(messages) > 0
 
 
 @pytest.mark.slow
