@@ -44,7 +44,6 @@ def analyse(
     names: Mapping[str, set[str]],
     other_names: bool = True,
     strip_names: bool = True,
-    first_person: bool = False,
 ) -> QueryAnalysis:
     """``speakers``: the group's speakers (casefolded ids); ``names``: their other names (retrieval.names)."""
     text = query.query
@@ -53,7 +52,7 @@ def analyse(
     return QueryAnalysis(
         text=text,
         named=frozenset(named),
-        match_text=without_names(text, named, known or {}, first_person=first_person) if strip_names else text,
+        match_text=without_names(text, named, known or {}) if strip_names else text,
         window=resolve_window(query),
         mentions=tuple(time_mentions(text, reference=query.reference_time, timezone=query.timezone)),
     )
@@ -77,6 +76,5 @@ def understand(group: GroupReader, query: Query, policy: ScoringPolicy) -> Reque
         names=speaker_names(group),
         other_names=policy.other_names,
         strip_names=policy.strip_names,
-        first_person=policy.first_person,
     )
     return Request(group, query, analysis)

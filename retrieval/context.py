@@ -4,10 +4,9 @@ The context is made of pieces, one per episode: the source messages of that epis
 order, with "…" where turns are left out, a long message as its excerpt for the query (retrieval.excerpts). Each
 piece opens with its marker, "[1]", "[2]", ... in the order of the text, which is the order of the citations
 (citation i is marker [i + 1]): a prompt built from the text carries its sources. Each day's pieces come under one
-date line ("[8 May 2023]"); without ``day_headers``, or with ``titles``, every piece has its own header instead:
-its first message's date and time (and the episode's title). Messages are scored as retrieval.scoring says and
+date line ("[8 May 2023]"). Messages are scored as retrieval.scoring says and
 packed greedily in that order (less a length penalty and, of two near-equal matches, a little less for the newer
-one: retrieval.spread) while they fit; pieces are then printed in chronological order. A piece cites exactly the
+one: retrieval.packing_order) while they fit; pieces are then printed in chronological order. A piece cites exactly the
 messages whose text (or excerpt, with its span) it contains.
 
 Tokens are counted offline as ceil(characters / 4) of the whole text (newlines included), or, when
@@ -29,13 +28,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-
 from memory.embedding.embedder import ServiceEmbedder
 from memory.models import Episode, Message
 from memory.readmodel.model import ReadModel
 from memory.readmodel.open_episodes import is_pending
-from memory.timeutil import format_date, to_utc
+from memory.timeutil import to_utc
 from memory.tracing import group_hash, traced
 from retrieval.analysis import Request, understand
 from retrieval.candidates import Candidate, candidates
@@ -43,9 +40,9 @@ from retrieval.excerpts import MessageLines
 from retrieval.filters import filter_match
 from retrieval.message_rows import group_rows
 from retrieval.names import named_in
+from retrieval.packing_order import packing_order
 from retrieval.policy import ScoringPolicy
 from retrieval.scoring import DERIVED, score_messages
-from retrieval.spread import spread_order
 from retrieval.types import Citation, ContextQuery, ContextResult, Excerpt
 
 TokenCounter = Callable[[str], int]
@@ -55,9 +52,8 @@ GAP = "…"
 
 @dataclass(frozen=True, kw_only=True)
 class PackingPolicy(ScoringPolicy):
-    """How candidates become context: the message score's weights, and whether headers carry titles."""
+    """How candidates become context: the message score's weights, and how messages are packed."""
 
-    day_headers: bool = True  # one date line per day (else a header per piece, with its time)
     # The speaker prior never buries a message that outscores all of the named speakers' by more than a margin:
     # speaker_cap_margin up to cap_budget tokens, then times (cap_budget / B) ** cap_decay at a budget of B
     # (0.096 at 1,000, 0.024 at 2,000; chosen held out on LoCoMo's wrong-person questions; search keeps its own).
@@ -65,24 +61,12 @@ class PackingPolicy(ScoringPolicy):
     speaker_cap_margin: float = 0.15
     cap_budget: int | None = 800
     cap_decay: float = 2.0
-    # The best matches before the speaker prior come first, until they hold this share of the budget.
-    plain_share: float = 0.0
-    # What lowers a message's place while the context fills (retrieval.spread): ``redundancy`` x its greatest
-    # cosine with a packed message of another episode (above ``redundancy_floor``), ``day_spread`` x the messages
-    # packed from other episodes of its day, ``episode_spread`` x those packed from its own episode,
+    # What lowers a message's place in the order the packer is offered messages (retrieval.packing_order):
     # ``length_penalty`` x its length in hundreds of characters (a long message must match better to take the
-    # room of two short ones), ``echo`` x its likeness above ``echo_floor`` with an earlier message of another
-    # episode, ``primacy`` x the share of those offered that are older than it (not when the query asks for
-    # recent messages). The length penalty and primacy were chosen held out in every fold; the others are off.
-    redundancy: float = 0.0
-    redundancy_floor: float = 0.0
-    episode_spread: float = 0.0
+    # room of two short ones), ``primacy`` x the share of those offered that are older than it (not when the
+    # query asks for recent messages). Both chosen held out in every fold.
     length_penalty: float = 0.02
-    day_spread: float = 0.0
-    echo: float = 0.0
-    echo_floor: float = 0.5
     primacy: float = 0.1
-    titles: bool = False  # a header per piece, with the episode's title
     # A message longer than this many tokens (characters / 4) is packed as an excerpt of at most as many: the
     # part that matters to the query (retrieval.excerpts), cited with its span (None: messages whole; 64 was
     # chosen held out by dataset on LoCoMo, REALTALK and BEAM).
@@ -99,11 +83,6 @@ def named_speakers(query: str, messages: Iterable[Message], names: dict[str, set
     """Speakers (casefolded) the query names by id or by another name of theirs ("What did Melanie
     paint?" names Melanie; with names {"emi": {"kate"}}, "Kate's hobbies" names emi)."""
     return named_in(query, {m.speaker for m in messages}, names)
-
-
-def piece_header(episode: Episode, first: Message, *, titles: bool) -> str:
-    date = format_date(first.timestamp)
-    return f"[{date}] {episode.title}" if titles else f"[{date}]"
 
 
 def marker(number: int) -> str:
@@ -130,10 +109,6 @@ class _Piece:
     @property
     def first(self) -> Message:
         return self.messages[min(self.chosen)]
-
-    def lines(self, number: int, *, titles: bool) -> list[str]:
-        """The piece with a header of its own, opening with its marker."""
-        return [f"{marker(number)} {piece_header(self.episode, self.first, titles=titles)}", *self.body()]
 
     def marked_body(self, number: int) -> list[str]:
         """The body, its first line opening with the piece's marker (under a day's date line)."""
@@ -171,23 +146,15 @@ class _LineCosts:
     """(characters, wordpieces) of a piece's lines, from the cost of each of its lines, each line
     priced once per build (a piece is priced again for every message tried in it)."""
 
-    def __init__(self, cost: Callable[[list[str]], tuple[int, int]], *, titles: bool, headers: bool) -> None:
+    def __init__(self, cost: Callable[[list[str]], tuple[int, int]]) -> None:
         self._cost = cost
-        self._titles = titles
-        self._with_headers = headers  # False: the body only (day lines are priced by the builder)
         self._gap = cost([GAP])
         self._lines: dict[tuple[str, int], tuple[int, int]] = {}
-        self._headers: dict[tuple[str, int], tuple[int, int]] = {}
 
     def of(self, piece: _Piece) -> tuple[int, int]:
         indices = sorted(piece.chosen)
         uuid = piece.episode.uuid
         chars, wordpieces = 0, 0
-        if self._with_headers:
-            key = (uuid, indices[0])
-            if key not in self._headers:
-                self._headers[key] = self._cost([piece_header(piece.episode, piece.first, titles=self._titles)])
-            chars, wordpieces = self._headers[key]
         for position, index in enumerate(indices):
             if position and index != indices[position - 1] + 1:
                 chars, wordpieces = chars + self._gap[0], wordpieces + self._gap[1]
@@ -242,39 +209,22 @@ class ContextBuilder:
         whole_group = policy.select == "group" and group_rows(group) is not None
         request = understand(group, query, policy)
         found = [] if whole_group else candidates(request, self._embedder, depth=policy.depth)
-        ranked, plain, values, vectors = self._rank(request, found, policy)
-        days = policy.day_headers and not policy.titles
-        packer = _Packer(self, days=days)
-        # The reserved share first: the best matches before the speaker prior, in their order, until they hold
-        # that share of the budget (the last one may pass it).
-        reserved = policy.plain_share * query.token_budget
-        for piece, index in plain:
-            if packer.tokens >= reserved:
-                break
-            packer.add(piece, index, query.token_budget)
-        # With every penalty off this offers ``ranked`` in its own order (it is sorted by score, ties by position).
-        timed = bool(policy.echo or (policy.primacy and query.recency_weight <= 0))
-        spread_order(
+        ranked, values = self._rank(request, found, policy)
+        packer = _Packer(self)
+        primacy = policy.primacy if query.recency_weight <= 0 else 0.0  # the query asks for recent: not older
+        order = packing_order(
             values,
-            [piece.episode.uuid for piece, _i in ranked],
-            [day_header(piece.messages[i].timestamp) for piece, i in ranked],
-            vectors,
-            redundancy=policy.redundancy,
-            day_spread=policy.day_spread,
-            floor=policy.redundancy_floor,
-            episode_spread=policy.episode_spread,
             lengths=[len(piece.messages[i].content) for piece, i in ranked],
             length_penalty=policy.length_penalty,
-            times=[piece.messages[i].timestamp.timestamp() for piece, i in ranked] if timed else [],
-            echo=policy.echo,
-            echo_floor=policy.echo_floor,
-            primacy=policy.primacy if query.recency_weight <= 0 else 0.0,  # the query asks for recent: not older
-            take=lambda n: packer.add(*ranked[n], query.token_budget),
+            times=[piece.messages[i].timestamp.timestamp() for piece, i in ranked] if primacy else [],
+            primacy=primacy,
         )
+        for n in order:
+            packer.add(*ranked[n], query.token_budget)
         ordered = sorted(packer.chosen.values(), key=lambda p: (p.first.timestamp, p.episode.uuid))
         if not ordered:
             return ContextResult(text="", citations=[], tokens=0)
-        text = "\n".join([HEADER, *self._lines(ordered, days=days)])
+        text = "\n".join([HEADER, *self._lines(ordered)])
         # The running sums are the text's counts (lines add up; tests compare them with count(text)).
         tokens = packer.tokens
         if tokens > query.token_budget or packer.chars != len(text):  # cannot happen
@@ -284,13 +234,11 @@ class ContextBuilder:
         citations = [piece.citation(number) for number, piece in enumerate(ordered, start=1)]
         return ContextResult(text=text, citations=citations, tokens=tokens)
 
-    def _lines(self, ordered: list[_Piece], *, days: bool) -> list[str]:
-        numbered = list(enumerate(ordered, start=1))
-        if not days:
-            return [line for number, piece in numbered for line in piece.lines(number, titles=self.policy.titles)]
+    def _lines(self, ordered: list[_Piece]) -> list[str]:
+        """Each day's date line, then its pieces, each opening with its marker."""
         lines: list[str] = []
         last = None
-        for number, piece in numbered:
+        for number, piece in enumerate(ordered, start=1):
             day = day_header(piece.first.timestamp)
             lines += [day] if day != last else []
             lines += piece.marked_body(number)
@@ -310,57 +258,35 @@ class ContextBuilder:
 
     def _rank(
         self, request: Request, found: list[Candidate], policy: PackingPolicy
-    ) -> tuple[list[tuple[_Piece, int]], list[tuple[_Piece, int]], list[float], np.ndarray | None]:
-        """Every message of the best episodes, best first (those a filter lets pass); (``plain_share``) the
-        same by their score before the speaker prior; the scores of the first; (``redundancy``, ``echo``) their
-        vectors."""
-        ranked: list[tuple[float, float, _Piece, int]] = []
-        kept: dict[tuple[str, int], np.ndarray] = {}
+    ) -> tuple[list[tuple[_Piece, int]], list[float]]:
+        """Every message of the best episodes, best first (those a filter lets pass), and their scores."""
+        ranked: list[tuple[float, _Piece, int]] = []
         limit = policy.excerpt_tokens * 4 if policy.excerpt_tokens is not None else None
         texts = MessageLines(request.analysis.match_text, limit)
         wanted = request.query.filter
         match = filter_match(request.group, wanted) if wanted is not None else None
-        reserve = policy.plain_share > 0 and bool(request.analysis.named)
-        scored_episodes = score_messages(
-            request,
-            found,
-            policy,
-            self._embedder,
-            plain_episodes=reserve,
-            vectors=policy.redundancy > 0 or policy.echo > 0,
-        )
-        for scored in scored_episodes:
+        for scored in score_messages(request, found, policy, self._embedder):
             piece = _Piece(scored.episode, scored.messages, set(), texts)
             ranked += [
-                (score, scored.plain[i], piece, i)
+                (score, piece, i)
                 for i, score in enumerate(scored.scores)
                 if math.isfinite(score) and (match is None or match.message(scored.messages[i], scored.episode))
             ]
-            if scored.vectors is not None:
-                kept |= {(scored.episode.uuid, i): vector for i, vector in enumerate(scored.vectors)}
-        by_score = sorted(ranked, key=lambda item: (-item[0], item[2].episode.uuid, item[3]))
-        by_plain = sorted(ranked, key=lambda item: (-item[1], item[2].episode.uuid, item[3])) if reserve else []
-        vectors = np.stack([kept[(p.episode.uuid, i)] for _s, _p, p, i in by_score]) if kept and by_score else None
-        return (
-            [(piece, i) for _s, _p, piece, i in by_score],
-            [(piece, i) for _s, _p, piece, i in by_plain],
-            [score for score, _p, _piece, _i in by_score],
-            vectors,
-        )
+        by_score = sorted(ranked, key=lambda item: (-item[0], item[1].episode.uuid, item[2]))
+        return [(piece, i) for _s, piece, i in by_score], [score for score, _piece, _i in by_score]
 
 
 class _Packer:
     """The greedy fill: messages added one at a time while the text stays within a limit, with exact
     running sums of its characters and wordpieces (date lines and gap lines included)."""
 
-    def __init__(self, builder: ContextBuilder, *, days: bool) -> None:
+    def __init__(self, builder: ContextBuilder) -> None:
         self._builder = builder
-        self._days = days
-        self._costs = _LineCosts(builder._cost, titles=builder.policy.titles, headers=not days)
+        self._costs = _LineCosts(builder._cost)
         self.chars, self.wordpieces = len(HEADER), builder._line_wordpieces(HEADER)
         self.chosen: dict[str, _Piece] = {}
         self._piece_cost: dict[str, tuple[int, int]] = {}
-        self._day_of: dict[str, str] = {}  # piece -> its date line (day headers)
+        self._day_of: dict[str, str] = {}  # piece -> its date line
         self._per_day: Counter[str] = Counter()  # date line -> pieces under it
 
     @property
@@ -380,9 +306,9 @@ class _Packer:
         if current is None:  # a new piece: the markers become [1]..[N + 1]
             opened = self._builder._marker_cost(len(self.chosen) + 1)
             chars, wordpieces = chars + opened[0], wordpieces + opened[1]
-        day = day_header(trial.first.timestamp) if self._days else ""
-        moves = self._days and day != self._day_of.get(uuid)
-        if moves:  # the piece opens (or moves to) a day: a date line or a gap line comes or goes
+        day = day_header(trial.first.timestamp)
+        moves = day != self._day_of.get(uuid)
+        if moves:  # the piece opens (or moves to) a day: a date line comes or goes
             extra = self._builder._day_change(self._per_day, self._day_of.get(uuid), day)
             chars, wordpieces = chars + extra[0], wordpieces + extra[1]
         if self._builder._tokens(chars, wordpieces) > limit:

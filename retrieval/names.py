@@ -159,17 +159,14 @@ def named_in(query: str, speakers: Iterable[str], names: Mapping[str, set[str]] 
     return found
 
 
-def without_names(query: str, speakers: set[str], names: Mapping[str, set[str]], *, first_person: bool = False) -> str:
+def without_names(query: str, speakers: set[str], names: Mapping[str, set[str]]) -> str:
     """The query without the ids and other names of ``speakers`` (with a possessive "'s"): "What are
     Kate's hobbies?" -> "What are hobbies?". The words left are what the speaker's own messages say;
     the name itself is mostly in the messages addressed to them (the speaker bonus finds theirs). A
-    query that is nothing but names is kept as it is. With ``first_person`` and one speaker named, the
-    name becomes what that speaker's own messages say instead: "What are Kate's hobbies?" -> "What are my
-    hobbies?", "Is Kate ambitious?" -> "Is I ambitious?" (issue 29: vague questions)."""
-    text, person = query, query
+    query that is nothing but names is kept as it is."""
+    text = query
     for name in sorted({n for s in speakers for n in {s} | set(names.get(s, ()))}, key=len, reverse=True):
         pattern = rf"(?<!\w){re.escape(name)}(['’]s)?(?!\w)"
         text = re.sub(pattern, " ", text, flags=re.IGNORECASE)
-        person = re.sub(pattern, lambda found: " my " if found.group(1) else " I ", person, flags=re.IGNORECASE)
-    stripped = " ".join((person if first_person and len(speakers) == 1 else text).split())
+    stripped = " ".join(text.split())
     return stripped if re.search(r"\w", text) else query

@@ -24,16 +24,6 @@ class ScoringPolicy:
     episode_centroid: float = 0.5  # share of an episode's cosine taken from its messages' centroid
     search_evidence: float = 2.0  # search: weight of an episode's best message score beside its fused rank
     strip_names: bool = True  # the names of the speakers the query names are left out of the matched text
-    first_person: bool = False  # ... and one named speaker's name read as "I" / "my" (what their messages say)
     other_names: bool = True  # the speaker bonus also for a speaker's other names (retrieval.names)
-    # The speaker bonus also for the best ``speaker_admit`` messages by their score before it, whoever said
-    # them: a question naming the wrong person ("What did Caroline realise after her charity race?" when
-    # Melanie ran it) still finds where it was really said.
-    speaker_admit: int = 0
-    other_speaker_share: float = 0.0  # share of the speaker bonus the speakers the query does not name get
     speaker_cap: bool = False  # the bonus also for a message that outscores every message of the named speakers
     speaker_cap_margin: float = 0.0  # ... by more than this (with ``speaker_cap``)
-    # When another speaker's best message outscores every message of the named speakers by more than this
-    # (before the bonus), the question is read as naming the wrong person and the bonus goes to every
-    # message (None: never).
-    speaker_gate: float | None = None

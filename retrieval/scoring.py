@@ -59,8 +59,6 @@ class ScoredEpisode:
     episode: Episode
     messages: list[Message]  # the episode's source messages, in event-time order
     scores: list[float]  # one per message; -inf outside the query's sessions or time window
-    plain: list[float]  # the same scores without what the speaker prior added
-    vectors: np.ndarray | None = None  # (with ``vectors``) one unit vector per message (zeros: none)
 
 
 def recency_factor(timestamp: datetime, now: datetime, weight: float, half_life_days: float) -> float:
@@ -86,14 +84,10 @@ def score_messages(
     policy: ScoringPolicy,
     embedder: QueryEmbedder,
     *,
-    plain_episodes: bool = False,
-    vectors: bool = False,
     recency: bool = True,
 ) -> list[ScoredEpisode]:
-    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores; with
-    ``plain_episodes``, also (after them) the ``policy.max_episodes`` episodes that hold the best scores
-    without the speaker prior; with ``vectors``, each message's unit vector; without ``recency``, the
-    query's recency weight left out (search weighs its episodes instead)."""
+    """The messages of at most ``policy.max_episodes`` episodes (not summaries) with their scores; without
+    ``recency``, the query's recency weight left out (search weighs its episodes instead)."""
     group = request.group
     rows = group_rows(group) if policy.select == "group" else None
     whole_group = rows is not None
@@ -107,24 +101,14 @@ def score_messages(
     index = keyword_index(group)
     keyword = index.scores(match_text)
     vector = unit(embedder.embed_query(match_text))
-    scores, prior = scored_rows(rows, vector, keyword, request, policy, recency=recency)
-    plain = scores - prior
+    scores = scored_rows(rows, vector, keyword, request, policy, recency=recency)
     chosen = _leading(rows, scores, policy.max_episodes if whole_group else None)
-    if plain_episodes:
-        chosen += [e for e in _leading(rows, plain, policy.max_episodes if whole_group else None) if e not in chosen]
     starts = np.searchsorted(rows.owner, np.arange(len(rows.episodes) + 1))
     scored = []
     for number in chosen:
         span = range(starts[number], starts[number + 1])
         messages = [rows.messages[i] for i in span]
-        found = ScoredEpisode(rows.episodes[number], messages, scores[span].tolist(), plain[span].tolist())
-        if vectors:
-            pointers = rows.message_vectors[starts[number] : starts[number + 1]]
-            dimension = rows.matrix.shape[1] if rows.matrix.ndim == 2 else 0
-            found.vectors = np.zeros((len(pointers), dimension), dtype=np.float32)
-            if len(rows.matrix):
-                found.vectors[pointers >= 0] = rows.matrix[pointers[pointers >= 0]]
-        scored.append(found)
+        scored.append(ScoredEpisode(rows.episodes[number], messages, scores[span].tolist()))
     return scored
 
 
@@ -144,9 +128,9 @@ def scored_rows(
     policy: ScoringPolicy,
     *,
     recency: bool = True,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(one score per row, -inf outside the query's sessions and time window; the part of it the
-    speaker prior added). BM25 is divided by the query's best BM25 score."""
+) -> np.ndarray:
+    """One score per row, -inf outside the query's sessions and time window. BM25 is divided by the query's
+    best BM25 score."""
     query, analysis = request.query, request.analysis
     top = float(keyword.max()) if len(keyword) and keyword.max() > 0 else 1.0
     cosine = _cosines(rows, query_vector)
@@ -177,38 +161,27 @@ def scored_rows(
         neighbour = np.where(side >= 0, np.maximum(neighbour, own[np.maximum(side, 0)]), neighbour)
     neighbour = np.where(np.isfinite(neighbour), neighbour, 0.0)
     scores = own + policy.episode_share * topic[rows.owner] + policy.neighbour_share * neighbour
-    prior = np.zeros(len(rows))
     if analysis.named:
-        prior = policy.speaker_bonus * _speaker_prior(rows, scores, request, policy)
-        scores = scores + prior
+        scores = scores + policy.speaker_bonus * _speaker_prior(rows, scores, request, policy)
     if analysis.mentions:
         scores += policy.time_bonus * _covered(rows, analysis.mentions)
     scores -= policy.question_penalty * rows.asks
     if recency and query.recency_weight > 0:
         age_days = np.maximum(0.0, (to_epoch(query.reference_time or utc_now()) - rows.times) / 86400)
         decay = _decay(age_days, query.recency_weight, query.recency_half_life_days)
-        scores, prior = scores * decay, prior * decay
-    return np.where(_in_scope(rows, request), scores, -np.inf), prior
+        scores = scores * decay
+    return np.where(_in_scope(rows, request), scores, -np.inf)
 
 
 def _speaker_prior(rows: MessageRows, scores: np.ndarray, request: Request, policy: ScoringPolicy) -> np.ndarray:
-    """1 for the named speakers' messages, for the ``speaker_admit`` best-scored messages in scope and
-    (``speaker_cap``) for those that outscore every named speaker's message by more than ``speaker_cap_margin``;
-    ``other_speaker_share`` for the rest. 1 for every message when another speaker's best outscores the named
-    speakers' best by more than ``speaker_gate`` (the question read as naming the wrong person)."""
+    """1 for the named speakers' messages and (``speaker_cap``) for those that outscore every named speaker's
+    message by more than ``speaker_cap_margin``; 0 for the rest."""
     mine = np.isin(rows.speakers, list(request.analysis.named))
-    prior = np.where(mine, 1.0, policy.other_speaker_share)
-    ranked = np.where(_in_scope(rows, request), scores, -np.inf)
-    best_named = float(ranked[mine].max()) if mine.any() else -np.inf
-    if policy.speaker_gate is not None and np.isfinite(best_named):
-        others = ranked[~mine]
-        if len(others) and float(others.max()) > best_named + policy.speaker_gate:
-            return np.ones(len(rows))
+    prior = np.where(mine, 1.0, 0.0)
     if policy.speaker_cap:
+        ranked = np.where(_in_scope(rows, request), scores, -np.inf)
+        best_named = float(ranked[mine].max()) if mine.any() else -np.inf
         prior[np.isfinite(ranked) & (ranked > best_named + policy.speaker_cap_margin)] = 1.0
-    if policy.speaker_admit > 0:
-        best = np.argsort(-ranked, kind="stable")[: policy.speaker_admit]
-        prior[best[np.isfinite(ranked[best])]] = 1.0
     return prior
 
 

@@ -57,15 +57,14 @@ from retrieval.types import SearchQuery  # noqa: E402
 BASE = PackingPolicy()
 # The message scoring's weights before the second round of tuning (issue 20), names kept in the matched text.
 ROUND_1: dict[str, Any] = {"strip_names": False, "keyword_weight": 0.5, "neighbour_share": 0.4, "speaker_bonus": 0.4}
-# The context before it: also messages of the best-ranked episodes only, a header per piece.
-BEFORE = replace(BASE, select="episodes", day_headers=False, **ROUND_1)
+# The context before it: also messages of the best-ranked episodes only.
+BEFORE = replace(BASE, select="episodes", **ROUND_1)
 # name -> policy. The default first; each other one changes one thing.
 VARIANTS: dict[str, PackingPolicy] = {
     "default": BASE,
     "before (round 1)": BEFORE,
     "best-ranked episodes only": replace(BASE, select="episodes"),
     "names kept in the matched text": replace(BASE, strip_names=False),
-    "a header per piece": replace(BASE, day_headers=False),
     "speaker 0.4": replace(BASE, speaker_bonus=0.4),
     "speaker 0.8": replace(BASE, speaker_bonus=0.8),
     "keyword 0.2": replace(BASE, keyword_weight=0.2),
@@ -75,33 +74,14 @@ VARIANTS: dict[str, PackingPolicy] = {
     "episode 0.6": replace(BASE, episode_share=0.6),
     "question 0.2": replace(BASE, question_penalty=0.2),
     "episodes 80": replace(BASE, max_episodes=80),
-    "admit 1": replace(BASE, speaker_admit=1),
-    "admit 3": replace(BASE, speaker_admit=3),
-    "admit 10": replace(BASE, speaker_admit=10),
-    "admit 30": replace(BASE, speaker_admit=30),
-    "other speaker 0.25": replace(BASE, other_speaker_share=0.25),
-    "other speaker 0.5": replace(BASE, other_speaker_share=0.5),
-    "other speaker 0.75": replace(BASE, other_speaker_share=0.75),
     "no speaker prior": replace(BASE, speaker_bonus=0.0),
     "no prior cap (before issue 29)": replace(BASE, speaker_cap=False, speaker_cap_margin=0.0),
     "prior cap": replace(BASE, speaker_cap=True, speaker_cap_margin=0.0, cap_budget=None),
-    "prior cap + admit 1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.0, speaker_admit=1, cap_budget=None),
     "prior cap + 0.1": replace(BASE, speaker_cap=True, speaker_cap_margin=0.1, cap_budget=None),
     "prior cap + 0.15": replace(BASE, speaker_cap=True, speaker_cap_margin=0.15, cap_budget=None),
     "prior cap + 0.2": replace(BASE, speaker_cap=True, speaker_cap_margin=0.2, cap_budget=None),
     "prior cap + 0.3": replace(BASE, speaker_cap=True, speaker_cap_margin=0.3, cap_budget=None),
-    "wrong-person gate 0.1": replace(BASE, speaker_gate=0.1, cap_budget=None),
-    "wrong-person gate 0.15": replace(BASE, speaker_gate=0.15, cap_budget=None),
-    "wrong-person gate 0.2": replace(BASE, speaker_gate=0.2, cap_budget=None),
-    "prior cap + wrong-person gate 0.2": replace(BASE, speaker_cap=True, speaker_gate=0.2, cap_budget=None),
-    "wrong-person gate 0.3": replace(BASE, speaker_gate=0.3, cap_budget=None),
-    # issue 29, third pass: room for what the prior holds back, growing with the budget
-    "plain share 0.02": replace(BASE, plain_share=0.02, cap_budget=None),
-    "plain share 0.05": replace(BASE, plain_share=0.05, cap_budget=None),
-    "plain share 0.1": replace(BASE, plain_share=0.1, cap_budget=None),
-    "plain share 0.15": replace(BASE, plain_share=0.15, cap_budget=None),
-    "plain share 0.2": replace(BASE, plain_share=0.2, cap_budget=None),
-    "plain share 0.3": replace(BASE, plain_share=0.3, cap_budget=None),
+    # the cap's margin against the budget
     "cap margin 0.15 at every budget": replace(BASE, cap_budget=None),
     "cap margin from 500": replace(BASE, cap_budget=500, cap_decay=1.0),
     "cap margin from 1000": replace(BASE, cap_budget=1000, cap_decay=1.0),
@@ -110,48 +90,21 @@ VARIANTS: dict[str, PackingPolicy] = {
     "cap margin from 800": replace(BASE, cap_budget=800, cap_decay=1.0),
     "cap margin from 800 squared": replace(BASE, cap_budget=800, cap_decay=2.0),
     "cap margin from 900 squared": replace(BASE, cap_budget=900, cap_decay=2.0),
-    "cap margin from 1000 + plain share 0.1": replace(BASE, cap_budget=1000, cap_decay=1.0, plain_share=0.1),
-    "cap margin from 500 + plain share 0.1": replace(BASE, cap_budget=500, cap_decay=1.0, plain_share=0.1),
-    "cap margin from 1000 + plain share 0.02": replace(BASE, cap_budget=1000, cap_decay=1.0, plain_share=0.02),
-    "cap margin from 1000 + plain share 0.05": replace(BASE, cap_budget=1000, cap_decay=1.0, plain_share=0.05),
-    "cap margin from 500 + plain share 0.05": replace(BASE, cap_budget=500, cap_decay=1.0, plain_share=0.05),
-    "default + plain share 0.02": replace(BASE, plain_share=0.02),
-    "plain share 0.1 without the cap": replace(BASE, plain_share=0.1, speaker_cap=False, cap_budget=None),
-    "plain share 0.2 without the cap": replace(BASE, plain_share=0.2, speaker_cap=False, cap_budget=None),
-    # issue 29, long chats: what is already packed lowers the rest (retrieval.spread)
-    "redundancy 0.1": replace(BASE, redundancy=0.1),
-    "redundancy 0.2": replace(BASE, redundancy=0.2),
-    "redundancy 0.4": replace(BASE, redundancy=0.4),
-    "day spread 0.02": replace(BASE, day_spread=0.02),
-    "day spread 0.05": replace(BASE, day_spread=0.05),
-    "day spread 0.1": replace(BASE, day_spread=0.1),
-    "near-duplicates 0.7 by 0.3": replace(BASE, redundancy=0.3, redundancy_floor=0.7),
-    "near-duplicates 0.8 by 0.3": replace(BASE, redundancy=0.3, redundancy_floor=0.8),
-    "near-duplicates 0.8 by 1.0": replace(BASE, redundancy=1.0, redundancy_floor=0.8),
-    "near-duplicates 0.9 by 1.0": replace(BASE, redundancy=1.0, redundancy_floor=0.9),
-    "episode spread 0.02": replace(BASE, episode_spread=0.02),
-    "episode spread 0.05": replace(BASE, episode_spread=0.05),
+    # the length penalty (retrieval.packing_order)
     "length 0.02": replace(BASE, length_penalty=0.02),  # the default since issue 29's fourth pass
     "no length penalty (before)": replace(BASE, length_penalty=0.0),
     "length 0.05": replace(BASE, length_penalty=0.05),
-    # issue 29, fifth pass (long chats): the first mention before its restatements, the older of near-equal
-    # matches first (primacy 0.1: the default since), a named person's name read as "I" / "my" in the matched text.
-    # Each as measured: on the fourth pass's default (no primacy) unless its name says primacy. (A "when" prior and
-    # BM25 divided by a share of the query's full-match scale were measured too and have left the product.)
+    # primacy: the older of near-equal matches first (0.1: the default since issue 29's fifth pass). The other
+    # knobs measured on the way (a reserved share for the best match before the speaker prior, penalties from
+    # what is already packed, restatements, the named person read as "I", admitting and gating the speaker
+    # prior, a "when" prior, BM25 on a share of the full-match scale) lost or tied held out and left the product.
     "no primacy (before)": replace(BASE, primacy=0.0),
-    "echo 0.1 above 0.5": replace(BASE, primacy=0.0, echo=0.1, echo_floor=0.5),
-    "echo 0.2 above 0.5": replace(BASE, primacy=0.0, echo=0.2, echo_floor=0.5),
-    "echo 0.3 above 0.7": replace(BASE, primacy=0.0, echo=0.3, echo_floor=0.7),
-    "echo 0.1 above 0.3": replace(BASE, primacy=0.0, echo=0.1, echo_floor=0.3),
     "primacy 0.02": replace(BASE, primacy=0.02),
     "primacy 0.05": replace(BASE, primacy=0.05),
     "primacy 0.1": replace(BASE, primacy=0.1),  # the default since the fifth pass
     "primacy 0.15": replace(BASE, primacy=0.15),
     "primacy 0.2": replace(BASE, primacy=0.2),
     "primacy 0.3": replace(BASE, primacy=0.3),
-    "primacy 0.1 + echo 0.1 above 0.5": replace(BASE, primacy=0.1, echo=0.1, echo_floor=0.5),
-    "first person": replace(BASE, primacy=0.0, first_person=True),
-    "primacy 0.1 + first person": replace(BASE, primacy=0.1, first_person=True),
 }
 SEARCH_BASE = SEARCH_POLICY
 SEARCH_VARIANTS: dict[str, ScoringPolicy] = {
