@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,32 @@ def _evidence(raw: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(i) for i in ids))
 
 
+# What the question's rubric says an answer should state ("LLM response should state: March 29"), by group and
+# question, for the chats loaded: the facts a context must carry, not only the ids it cites.
+STATED: dict[str, dict[str, tuple[str, ...]]] = {}
+_FILLER = frozenset(
+    "a an and are as at be by did do does for from how i in is it its me my of on or should that the this to was "
+    "were what when which with you your".split()
+)
+
+
+def _stated(item: dict[str, Any]) -> tuple[str, ...]:
+    rubric = [str(line) for line in item.get("rubric", [])]
+    return tuple(line.split(":", 1)[1].strip() for line in rubric if "should state" in line and ":" in line)
+
+
+def fact_words(text: str) -> set[str]:
+    """The words that carry a fact: lowercase, two characters or more, without filler words."""
+    return {word for word in re.findall(r"\w+", text.lower()) if len(word) > 1 and word not in _FILLER}
+
+
+def fact_share(facts: tuple[str, ...], text: str) -> float:
+    """Per fact, the share of its words found in ``text``; their mean."""
+    found = fact_words(text)
+    shares = [len(words & found) / len(words) for words in map(fact_words, facts) if words]
+    return sum(shares) / len(shares) if shares else 0.0
+
+
 def load_chat(folder: Path) -> Sample:
     """One chat folder as a sample (group id ``beam-<size>-<n>``)."""
     batches = json.loads((folder / "chat.json").read_text(encoding="utf-8"))
@@ -107,6 +134,12 @@ def load_chat(folder: Path) -> Sample:
         if item.get("source_chat_ids")
     ]
     sample_id = f"beam-{folder.parent.name}-{folder.name}"
+    STATED[sample_id] = {
+        item["question"]: facts
+        for key in _CATEGORY_KEYS
+        for item in probing.get(key, [])
+        if item.get("source_chat_ids") and (facts := _stated(item))
+    }
     return Sample(LocomoSample(sample_id, ("user", "assistant"), sessions, questions), turns)
 
 

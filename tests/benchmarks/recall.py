@@ -187,8 +187,9 @@ def scored_questions(sample: Sample) -> list[tuple[int, str, tuple[str, ...]]]:
 
 
 def context_recall(context: Any, samples: Sequence[Sample], budgets: Sequence[int] = BUDGETS) -> dict[str, Scores]:
-    """Evidence recall of ``context(group, question, budget)`` per conversation (key: budget); a
-    context over its budget fails the run."""
+    """Evidence recall of ``context(group, question, budget)`` per conversation (key: budget) and, for the BEAM
+    questions whose rubric names facts, the share of those facts in the text (key: ("facts", budget)); a context
+    over its budget fails the run."""
     found: dict[str, Scores] = {}
     for sample in samples:
         scores = found.setdefault(sample.sample_id, Scores())
@@ -199,6 +200,8 @@ def context_recall(context: Any, samples: Sequence[Sample], budgets: Sequence[in
                     raise AssertionError(f"{result.tokens} tokens over the budget {budget}: {question!r}")
                 cited = {message_id for citation in result.citations for message_id in citation.message_ids}
                 scores.add(category, budget, evidence_recall(evidence, cited))
+                if facts := beam.STATED.get(sample.sample_id, {}).get(question):
+                    scores.add(category, ("facts", budget), beam.fact_share(facts, result.text))
     return found
 
 
@@ -300,6 +303,13 @@ def run_dataset(
         print_cost(service, samples, ingested - waited if fresh else None, context_seconds)
     print()
     print(table(results, categories, budgets, HEADLINE[name]))
+    stated = results["epimem context"]
+    if counted := stated.count(("facts", budgets[0]), categories):
+        shares = " / ".join(f"{stated.mean(('facts', b), categories):.3f}" for b in budgets)
+        print(
+            f"\nStated facts in epimem's context text ({counted} questions whose rubric names what an answer should "
+            f"state; per fact the share of its words in the text): {shares}"
+        )
     if name == "realtalk" and not args.no_baselines:
         for people, ids in circles(samples).items():
             members = [s for s in samples if s.sample_id in ids]

@@ -233,7 +233,7 @@ def test_episodes_rows_and_vectors_come_from_the_store(
 
 def test_the_shipped_assistant_chat_is_beam_shaped_with_answerable_questions() -> None:
     sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
-    from tests.benchmarks.beam import SHIPPED_CHAT, load_chat
+    from tests.benchmarks.beam import SHIPPED_CHAT, STATED, fact_share, load_chat
 
     sample = load_chat(SHIPPED_CHAT).locomo
     roles = {message.role.value for message in sample.messages}
@@ -243,3 +243,12 @@ def test_the_shipped_assistant_chat_is_beam_shaped_with_answerable_questions() -
     assert len(sample.questions) >= 5 and all(q.evidence and set(q.evidence) <= ids for q in sample.questions)
     stamps = [message.timestamp for messages in sample.sessions.values() for message in messages]
     assert stamps == sorted(stamps) and stamps[0].isoformat() == "2024-03-15T09:00:00+00:00"
+    # What an answer should state, from the rubric ("should state", not "should mention"): found in what says it
+    stated = STATED[sample.sample_id]
+    assert stated["When does my first sprint end?"] == ("March 29",)
+    assert set(stated) == {q.question for q in sample.questions}
+    said = {message.id: message.content for message in sample.messages}
+    for question in sample.questions:
+        facts = stated[question.question]
+        assert fact_share(facts, " ".join(said[i] for i in question.evidence)) == 1.0, question.question
+        assert fact_share(facts, "The weather was grey all week.") == 0.0

@@ -8,6 +8,7 @@ are on their fixed 0..1 scale without changing the ranking.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -174,6 +175,10 @@ def test_recall_benchmark_quick_covers_every_dataset(tmp_path: Path) -> None:
         for section in found["beam"]:
             assert "Evidence recall at 1,000 / 2,000 / 4,000 tokens" in section
             assert "| 13 information extraction |" in section and "| 19 temporal |" in section
+            stated = re.search(
+                r"Stated facts in epimem's context text \((\d+) questions.*: ([\d.]+) / ([\d.]+) / ([\d.]+)", section
+            )
+            assert stated and int(stated[1]) > 0 and all(0.0 <= float(v) <= 1.0 for v in stated.groups()[1:]), section
             ours = overall_recall(section)
             rrf_row = next(line for line in section.splitlines() if line.startswith("| RRF of both"))
             rrf = [float(cell) for cell in rrf_row.split("|")[2].split("/")]
