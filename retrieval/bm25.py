@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,8 +46,23 @@ def _stem(words: list[str]) -> list[str]:
         return list(_stemmer().stemWords(words))
 
 
+_WORD = re.compile(r"(?u)\b\w\w+\b")  # bm25s's token pattern
+
+
+@functools.cache
+def _stopwords() -> frozenset[str]:
+    return frozenset(_bm25s().stopwords.STOPWORDS_EN)
+
+
 def tokenize(texts: list[str]) -> list[list[str]]:
-    return list(_bm25s().tokenize(texts, stopwords="en", stemmer=_stem, return_ids=False, show_progress=False))
+    """Each text's tokens as bm25s's tokenizer gives them (lowercase words of two characters or more, English
+    stopwords out, Snowball stems), in order; computed here in one pass (bm25s rebuilds its stopword set for
+    every text, which dominated the cost of cutting long messages into units)."""
+    stopwords = _stopwords()
+    words = [[word for word in _WORD.findall(text.lower()) if word not in stopwords] for text in texts]
+    unique = list(dict.fromkeys(word for text_words in words for word in text_words))
+    stems = dict(zip(unique, _stem(unique), strict=True))
+    return [[stems[word] for word in text_words] for text_words in words]
 
 
 TAIL_SHARE = 16  # entries added since the last sort: at most 1/16 of all (or TAIL_MIN) before sorting again
@@ -245,15 +261,12 @@ def _entries(texts: Sequence[str], vocabulary: dict[str, int]) -> tuple[np.ndarr
     if not texts:
         empty = np.zeros(0, dtype=np.int32)
         return empty, empty, np.zeros(0, dtype=np.float32), lengths
-    tokenized = _bm25s().tokenize(list(texts), stopwords="en", stemmer=_stem, return_ids=True, show_progress=False)
-    mapping = np.zeros(max(tokenized.vocab.values(), default=-1) + 1, dtype=np.int64)
-    for token, local in tokenized.vocab.items():
-        mapping[local] = vocabulary.setdefault(token, len(vocabulary))
-    sizes = np.fromiter((len(ids) for ids in tokenized.ids), dtype=np.int64, count=len(texts))
+    tokenized = tokenize(list(texts))
+    sizes = np.fromiter((len(tokens) for tokens in tokenized), dtype=np.int64, count=len(texts))
     lengths[:] = sizes
-    flat = np.fromiter((i for ids in tokenized.ids for i in ids), dtype=np.int64, count=int(sizes.sum()))
+    ids = (vocabulary.setdefault(token, len(vocabulary)) for tokens in tokenized for token in tokens)
+    flat = np.fromiter(ids, dtype=np.int64, count=int(sizes.sum()))
     docs = np.repeat(np.arange(len(texts), dtype=np.int64), sizes)
-    tokens = mapping[flat] if len(flat) else flat
     width = max(len(vocabulary), 1)
-    pairs, counts = np.unique(docs * width + tokens, return_counts=True)
+    pairs, counts = np.unique(docs * width + flat, return_counts=True)
     return (pairs // width).astype(np.int32), (pairs % width).astype(np.int32), counts.astype(np.float32), lengths

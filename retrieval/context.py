@@ -143,26 +143,42 @@ class _Piece:
 
 
 class _LineCosts:
-    """(characters, wordpieces) of a piece's lines, from the cost of each of its lines, each line
-    priced once per build (a piece is priced again for every message tried in it)."""
+    """Characters and wordpieces of a piece's lines, from those of each of its lines, each line's characters
+    counted once per build and its wordpieces only when its characters fit (a piece is priced again for every
+    message tried in it)."""
 
-    def __init__(self, cost: Callable[[list[str]], tuple[int, int]]) -> None:
-        self._cost = cost
-        self._gap = cost([GAP])
-        self._lines: dict[tuple[str, int], tuple[int, int]] = {}
+    def __init__(self, count_wordpieces: Callable[[str], int]) -> None:
+        self._count = count_wordpieces
+        self._gap = (len(GAP) + 1, count_wordpieces(GAP))
+        self._chars: dict[tuple[str, int], int] = {}
+        self._wordpieces: dict[tuple[str, int], int] = {}
 
-    def of(self, piece: _Piece) -> tuple[int, int]:
-        indices = sorted(piece.chosen)
-        uuid = piece.episode.uuid
-        chars, wordpieces = 0, 0
-        for position, index in enumerate(indices):
-            if position and index != indices[position - 1] + 1:
-                chars, wordpieces = chars + self._gap[0], wordpieces + self._gap[1]
-            line = self._lines.get((uuid, index))
-            if line is None:
-                line = self._lines[(uuid, index)] = self._cost([piece.line(index)])
-            chars, wordpieces = chars + line[0], wordpieces + line[1]
-        return chars, wordpieces
+    def chars(self, piece: _Piece) -> int:
+        """The characters of the piece's lines, each preceded by its newline."""
+        total = 0
+        for index, gap_before in _lines_of(piece):
+            total += self._gap[0] if gap_before else 0
+            key = (piece.episode.uuid, index)
+            if key not in self._chars:
+                self._chars[key] = len(piece.line(index)) + 1
+            total += self._chars[key]
+        return total
+
+    def wordpieces(self, piece: _Piece) -> int:
+        total = 0
+        for index, gap_before in _lines_of(piece):
+            total += self._gap[1] if gap_before else 0
+            key = (piece.episode.uuid, index)
+            if key not in self._wordpieces:
+                self._wordpieces[key] = self._count(piece.line(index))
+            total += self._wordpieces[key]
+        return total
+
+
+def _lines_of(piece: _Piece) -> list[tuple[int, bool]]:
+    """The chosen messages in order, each with whether a gap line comes before it."""
+    indices = sorted(piece.chosen)
+    return [(index, bool(position) and index != indices[position - 1] + 1) for position, index in enumerate(indices)]
 
 
 def _attributes(_builder: Any, group_id: str, query: ContextQuery) -> dict[str, Any]:
@@ -282,7 +298,7 @@ class _Packer:
 
     def __init__(self, builder: ContextBuilder) -> None:
         self._builder = builder
-        self._costs = _LineCosts(builder._cost)
+        self._costs = _LineCosts(builder._line_wordpieces)
         self.chars, self.wordpieces = len(HEADER), builder._line_wordpieces(HEADER)
         self.chosen: dict[str, _Piece] = {}
         self._piece_cost: dict[str, tuple[int, int]] = {}
@@ -300,17 +316,18 @@ class _Packer:
         if current is not None and index in current.chosen:
             return False
         trial = _Piece(piece.episode, piece.messages, (current.chosen if current else set()) | {index}, piece.texts)
-        cost = self._costs.of(trial)
+        line_chars = self._costs.chars(trial)
         before = self._piece_cost.get(uuid, (0, 0))
-        chars, wordpieces = self.chars + cost[0] - before[0], self.wordpieces + cost[1] - before[1]
-        if current is None:  # a new piece: the markers become [1]..[N + 1]
-            opened = self._builder._marker_cost(len(self.chosen) + 1)
-            chars, wordpieces = chars + opened[0], wordpieces + opened[1]
+        opened = self._builder._marker_cost(len(self.chosen) + 1) if current is None else (0, 0)  # [1]..[N + 1]
         day = day_header(trial.first.timestamp)
         moves = day != self._day_of.get(uuid)
-        if moves:  # the piece opens (or moves to) a day: a date line comes or goes
-            extra = self._builder._day_change(self._per_day, self._day_of.get(uuid), day)
-            chars, wordpieces = chars + extra[0], wordpieces + extra[1]
+        # The piece opens (or moves to) a day: a date line comes or goes.
+        extra = self._builder._day_change(self._per_day, self._day_of.get(uuid), day) if moves else (0, 0)
+        chars = self.chars + line_chars - before[0] + opened[0] + extra[0]
+        if math.ceil(chars / 4) > limit:  # over on characters alone: no need to count its wordpieces
+            return False
+        line_wordpieces = self._costs.wordpieces(trial)
+        wordpieces = self.wordpieces + line_wordpieces - before[1] + opened[1] + extra[1]
         if self._builder._tokens(chars, wordpieces) > limit:
             return False
         if moves:
@@ -319,6 +336,6 @@ class _Packer:
             self._per_day[day] += 1
             self._day_of[uuid] = day
         self.chosen[uuid] = trial
-        self._piece_cost[uuid] = cost
+        self._piece_cost[uuid] = (line_chars, line_wordpieces)
         self.chars, self.wordpieces = chars, wordpieces
         return True

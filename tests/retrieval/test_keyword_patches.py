@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retrieval.bm25 import Postings, tokenize
+from retrieval.bm25 import Postings, _stem, tokenize
 
 WORDS = ["lake", "dog", "Rex", "painting", "painted", "the", "pottery", "Lisbon", "train", "kitten", "what", "June"]
 TEXTS = st.lists(st.sampled_from(WORDS), max_size=8).map(" ".join)
@@ -57,3 +57,16 @@ def test_patched_postings_score_as_bm25s_from_scratch(
     same_scores(patched, patched_texts)
     if not removed:
         assert patched.vocabulary is postings.vocabulary  # shared along the lineage, only grown
+
+
+PIECES = list("aAbéÉßİı_ 1'.,\n-") + ["the ", "Running ", "dogs ", "ﬁ", "Σ", "naïve", "ISTANBUL", "x2"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(texts=st.lists(st.lists(st.sampled_from(PIECES), max_size=24).map("".join), max_size=6))
+def test_tokens_are_bm25s_own(texts: list[str]) -> None:
+    """The tokenizer gives bm25s's tokens (its pattern, lowercase, English stopwords, Snowball stems), in order."""
+    assert tokenize(texts) == list(
+        bm25s.tokenize(texts, stopwords="en", stemmer=_stem, return_ids=False, show_progress=False)
+    )
+    assert tokenize(["The dogs were running, and the cat ran."]) == [["dog", "were", "run", "cat", "ran"]]
