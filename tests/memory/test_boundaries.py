@@ -18,7 +18,7 @@ import pytest
 from helpers.docs_blocks import blocks
 from helpers.paths import DOCS
 from helpers.processes import epimem
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memory.embedding.embedder import SentenceTransformerEmbedder
@@ -122,6 +122,7 @@ def brute_force(gains: Sequence[float], min_size: int, max_size: int) -> float:
     min_size=st.integers(1, 4),
     max_size=st.integers(1, 8),
 )
+@example(gains=[1e-12, 1e-12], min_size=1, max_size=8)  # below the tie tolerance: no cut, 2e-12 short of the optimum
 def test_selection_is_the_best_cut_set_within_the_size_bounds(gains: list[float], min_size: int, max_size: int) -> None:
     max_size = max(max_size, min_size)
     n = len(gains) + 1
@@ -132,7 +133,8 @@ def test_selection_is_the_best_cut_set_within_the_size_bounds(gains: list[float]
     optimum = brute_force(gains, min_size, max_size)
     if optimum > -np.inf:  # some partition respects both bounds: the chosen one does, and is the best
         assert sizes.min() >= min_size
-        assert sum(gains[c - 1] for c in cuts) == pytest.approx(optimum)
+        # choose_cuts reads totals within 1e-12 as a tie (for longer first segments): up to that per decision
+        assert sum(gains[c - 1] for c in cuts) == pytest.approx(optimum, abs=1e-12 * n)
 
 
 def test_a_larger_target_places_fewer_topic_boundaries(embedder: SentenceTransformerEmbedder) -> None:
