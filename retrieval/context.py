@@ -155,23 +155,20 @@ class _LineCosts:
 
     def chars(self, piece: _Piece) -> int:
         """The characters of the piece's lines, each preceded by its newline."""
-        total = 0
-        for index, gap_before in _lines_of(piece):
-            total += self._gap[0] if gap_before else 0
-            key = (piece.episode.uuid, index)
-            if key not in self._chars:
-                self._chars[key] = len(piece.line(index)) + 1
-            total += self._chars[key]
-        return total
+        return self._total(piece, self._chars, lambda line: len(line) + 1, self._gap[0])
 
     def wordpieces(self, piece: _Piece) -> int:
+        return self._total(piece, self._wordpieces, self._count, self._gap[1])
+
+    @staticmethod
+    def _total(piece: _Piece, known: dict[tuple[str, int], int], measure: Callable[[str], int], gap: int) -> int:
+        """The sum of ``measure`` over the piece's lines (each measured once, kept in ``known``), gap lines included."""
         total = 0
         for index, gap_before in _lines_of(piece):
-            total += self._gap[1] if gap_before else 0
             key = (piece.episode.uuid, index)
-            if key not in self._wordpieces:
-                self._wordpieces[key] = self._count(piece.line(index))
-            total += self._wordpieces[key]
+            if key not in known:
+                known[key] = measure(piece.line(index))
+            total += known[key] + (gap if gap_before else 0)
         return total
 
 
