@@ -103,30 +103,19 @@ def test_context_of_an_empty_group_is_empty(service: Epimem, group_id: str) -> N
     assert result.text == "" and result.citations == [] and result.tokens == 0
 
 
-MODES = {"days": PackingPolicy()}  # the one format: a date line per day, then its pieces
-
-
 def test_budget_is_never_exceeded(service: Epimem, group_id: str) -> None:
     contents = fill(service, group_id)
-    builders = {
-        name: ContextBuilder(
-            read_model=service.read_model,
-            embedder=service.embedder,
-            count_wordpieces=service.embedder.count_tokens,
-            policy=policy,
-        )
-        for name, policy in MODES.items()
-    }
+    builder = ContextBuilder(
+        read_model=service.read_model, embedder=service.embedder, count_wordpieces=service.embedder.count_tokens
+    )
 
-    # Every mode, markers included: the running count is the text's count, within the budget.
+    # Markers and date lines included: the running count is the text's count, within the budget.
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(
         budget=st.integers(min_value=16, max_value=1500),
         query=st.sampled_from(["painting", "adoption agency", "running every morning", "meteor shower camping"]),
-        mode=st.sampled_from(sorted(MODES)),
     )
-    def prop(budget: int, query: str, mode: str) -> None:
-        builder = builders[mode]
+    def prop(budget: int, query: str) -> None:
         result = builder.build(group_id, ContextQuery(query=query, token_budget=budget))
         check(result.text, result.citations, result.tokens, budget, contents)
         assert result.tokens == builder.count(result.text)
@@ -309,23 +298,17 @@ def test_the_older_of_near_equal_matches_comes_first(service: Epimem, group_id: 
 
 def test_the_adapters_cut_the_text_into_its_cited_pieces(service: Epimem, group_id: str) -> None:
     contents = fill(service, group_id)
-    for name, policy in MODES.items():
-        builder = ContextBuilder(read_model=service.read_model, embedder=service.embedder, policy=policy)
-        result = builder.build(group_id, ContextQuery(query="painting and running", token_budget=400))
-        pieces = context_pieces(ClientContext.model_validate(result.model_dump(mode="json")))
-        assert len(result.citations) >= 3 and [c.marker for _t, c in pieces if c] == [
-            c.marker for c in result.citations
-        ], name
-        for text, citation in pieces:
-            assert citation is not None
-            lines = text.splitlines()
-            # A piece is its day's date line (with day headers), then its lines from its marker on.
-            opening = lines[1] if name == "days" else lines[0]
-            assert opening.startswith(f"{citation.marker} ") and (
-                name != "days" or lines[0] == day_header(citation.timestamp)
-            )
-            assert all(contents[m] in text for m in citation.message_ids)
-            assert citation_metadata(citation)["marker"] == citation.marker
-        # Every message line of the text is in exactly one piece.
-        told = [line for line in result.text.splitlines()[1:] if not re.fullmatch(r"\[\d{1,2} \w+ \d{4}\]", line)]
-        assert [line for text, _c in pieces for line in text.splitlines()[1 if name == "days" else 0 :]] == told
+    builder = ContextBuilder(read_model=service.read_model, embedder=service.embedder)
+    result = builder.build(group_id, ContextQuery(query="painting and running", token_budget=400))
+    pieces = context_pieces(ClientContext.model_validate(result.model_dump(mode="json")))
+    assert len(result.citations) >= 3 and [c.marker for _t, c in pieces if c] == [c.marker for c in result.citations]
+    for text, citation in pieces:
+        assert citation is not None
+        lines = text.splitlines()
+        # A piece is its day's date line, then its lines from its marker on.
+        assert lines[1].startswith(f"{citation.marker} ") and lines[0] == day_header(citation.timestamp)
+        assert all(contents[m] in text for m in citation.message_ids)
+        assert citation_metadata(citation)["marker"] == citation.marker
+    # Every message line of the text is in exactly one piece.
+    told = [line for line in result.text.splitlines()[1:] if not re.fullmatch(r"\[\d{1,2} \w+ \d{4}\]", line)]
+    assert [line for text, _c in pieces for line in text.splitlines()[1:]] == told
