@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from memory.errors import InvalidInputError
 from memory.models import Episode, MemoryContext, Message, SessionInfo
-from memory.timeutil import parse_timestamp
+from memory.timeutil import EARLIEST, LATEST, parse_timestamp
 
 
 @pytest.mark.parametrize(
@@ -41,11 +41,25 @@ def test_unreadable_timestamps_are_refused(raw: object) -> None:
         parse_timestamp(raw)
 
 
-@given(st.datetimes(timezones=st.just(timezone(timedelta(hours=5)))))
+PLUS_FIVE = timezone(timedelta(hours=5))
+
+
+def _local(instant: datetime) -> datetime:
+    """The wall time at +05:00 of a UTC instant, naive (how hypothesis bounds its datetimes)."""
+    return instant.astimezone(PLUS_FIVE).replace(tzinfo=None)
+
+
+@given(st.datetimes(min_value=_local(EARLIEST), max_value=_local(LATEST), timezones=st.just(PLUS_FIVE)))
 def test_any_offset_converts_to_the_same_instant(moment: datetime) -> None:
     message = Message(id="x", content="hi", timestamp=moment)
     assert message.timestamp.tzinfo == UTC
     assert message.timestamp == moment
+
+
+def test_an_offset_that_moves_a_time_out_of_range_is_refused() -> None:
+    for outside in (EARLIEST - timedelta(microseconds=1), datetime(1, 1, 1, tzinfo=UTC)):
+        with pytest.raises(ValidationError, match="out of range"):
+            Message(id="x", content="hi", timestamp=outside.astimezone(PLUS_FIVE))
 
 
 def test_message_validation() -> None:
