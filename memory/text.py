@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from memory.models import Episode, Message
 
+# A message's second and later lines in a context are indented by this: no line of a message can then be read as
+# a marker, a date line or another message.
+INDENT = "  "
+TAB_WIDTH = 4
+
 # What is embedded for an episode: the title and the lead of the content. The model reads at
 # most 256 wordpieces; every message is embedded on its own too, so nothing is lost.
 EPISODE_EMBED_CHARS = 1000
@@ -28,9 +33,30 @@ def image_note(message: Message, *, limit: int | None = None) -> str:
 
 
 def message_line(message: Message) -> str:
-    """'Speaker: what they said [shared an image: …]' — the text of a message's vector and its line
-    in a context block."""
+    """'Speaker: what they said [shared an image: …]' on one line — the text of a message's vector."""
     return f"{message.speaker}: {squash(message.content)}{image_note(message)}"
+
+
+def shown_lines(text: str) -> str:
+    """``text`` as a context shows it: its non-blank lines, runs of whitespace inside each as one space, the first
+    without its indentation, the others indented by ``INDENT`` plus their indentation beyond the least of all
+    (a tab is ``TAB_WIDTH`` columns): a code block keeps its shape."""
+    rows: list[tuple[int, str]] = []
+    for raw in text.splitlines():
+        words = raw.split()
+        if words:
+            lead = raw[: len(raw) - len(raw.lstrip())]
+            rows.append((len(lead) + (TAB_WIDTH - 1) * lead.count("\t"), " ".join(words)))
+    if not rows:
+        return ""
+    common = min(width for width, _line in rows)
+    return "\n".join([rows[0][1], *(INDENT + " " * (width - common) + line for width, line in rows[1:])])
+
+
+def context_line(message: Message) -> str:
+    """A whole message as a context shows it: 'Speaker: text [shared an image: …]', the text's lines kept
+    (``shown_lines``)."""
+    return f"{message.speaker}: {shown_lines(message.content)}{image_note(message)}"
 
 
 def episode_embedding_text(episode: Episode) -> str:

@@ -8,6 +8,8 @@ whose units holds a query word gives its opening (where a message usually states
 
 Spans are offsets into the message's content as stored (Python string indices: Unicode code points), end
 exclusive, without the whitespace at either edge.
+
+A context shows an excerpt as it shows a whole message: with its lines (``memory.text.shown_lines``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from memory.models import Episode, Message
-from memory.text import message_line
+from memory.text import context_line, shown_lines
 from retrieval.bm25 import tokenize
 
 _UNIT_END = re.compile(r"\n|(?<=[.!?;:])\s+")
@@ -142,17 +144,21 @@ def _unit_scores(found: Units, wanted: frozenset[str]) -> list[float]:
 
 
 def excerpt_text(content: str, span: tuple[int, int]) -> str:
-    """The span's text on one line, with ``…`` where the message goes on before or after it."""
+    """The span's text as a context shows it (``shown_lines``), with ``…`` where the message goes on before or
+    after it."""
     start, end = span
-    text = " ".join(content[start:end].split())
+    line_start = content.rfind("\n", 0, start) + 1
+    # A span that opens a line is shown with that line's indentation, against which the others are measured.
+    text = shown_lines(content[line_start if not content[line_start:start].strip() else start : end])
     before = MARK + " " if content[:start].strip() else ""
     after = " " + MARK if content[end:].strip() else ""
     return f"{before}{text}{after}"
 
 
 class MessageLines:
-    """Each message's line in one context: ``message_line``, or for a message longer than the excerpt limit its
-    excerpt for the query, "speaker (excerpt): … text …" (chosen once per message and request)."""
+    """Each message's line in one context: ``context_line``, or for a message longer than the excerpt limit its
+    excerpt for the query, "speaker (excerpt): … text …" (chosen once per message and request); a line holds the
+    message's further lines, indented (``shown_lines``)."""
 
     def __init__(self, match_text: str, limit_chars: int | None) -> None:
         self._match_text = match_text
@@ -172,6 +178,6 @@ class MessageLines:
                 span = excerpt_span(message.content, self._wanted, self.limit_chars)
                 found = (f"{message.speaker} (excerpt): {excerpt_text(message.content, span)}", span)
             else:
-                found = (message_line(message), None)
+                found = (context_line(message), None)
             self._chosen[key] = found
         return found

@@ -399,12 +399,15 @@ def test_context_budget_slider_changes_text_and_citations(local: AppServer, open
 
 
 def test_an_excerpt_is_marked_and_opens_its_whole_message(local: AppServer, open_page: Callable) -> None:
-    """A long assistant reply is held in part: the line says so, names its span, and opens the whole message."""
+    """A long assistant reply is held in part: the line says so, names its span, and opens the whole message.
+    Messages keep their lines (a code block its shape) inside their piece."""
     steps = [f"Step {n}: review the backlog, estimate the tasks and keep a buffer for reviews." for n in range(30)]
-    steps.insert(17, "Your first sprint ends on March 29, two days before the investor demo.")
+    steps.insert(17, "Sprint dates:\n```python\nif demo:\n    first_sprint_end = date(2024, 3, 29)\n```")
+    steps.insert(18, "Your first sprint ends on March 29, two days before the investor demo.")
     reply = "\n\n".join(steps)
+    ask = "Plan my sprints, please.\nTwo weeks each."
     messages = [
-        {"id": "ask", "role": "user", "content": "Plan my sprints, please.", "timestamp": T0.isoformat()},
+        {"id": "ask", "role": "user", "content": ask, "timestamp": T0.isoformat()},
         {"id": "plan", "role": "assistant", "content": reply, "timestamp": (T0 + MINUTE).isoformat()},
     ]
     base = f"{local.url}/v1/groups/assistant-chat/sessions/chat-1"
@@ -419,6 +422,9 @@ def test_an_excerpt_is_marked_and_opens_its_whole_message(local: AppServer, open
     start, end = map(int, (excerpt.get_attribute("data-span") or "").split("-"))
     assert "March 29" in reply[start:end] and end - start < len(reply)
     assert "(excerpt)" in excerpt.inner_text() and "open it whole" in (excerpt.get_attribute("title") or "")
+    assert "\n  if demo:\n      first_sprint_end = date(2024, 3, 29)\n" in excerpt.inner_text()
+    asked = page.locator("#c-text a.ctx-line[data-message='ask']").inner_text()
+    assert asked.endswith("user: Plan my sprints, please.\n  Two weeks each.")
     excerpt.click()
     whole = page.locator("li.message.highlight[data-message='plan']")
     whole.wait_for()

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from api.facade import Epimem
 from api.server import create_app
-from epimem_client._adapters import citation_metadata
+from epimem_client._adapters import citation_metadata, context_pieces
 from epimem_client.models import ContextResult as ClientContext
+from memory.text import INDENT, shown_lines
 from retrieval import excerpts
 from retrieval.context import PackingPolicy
 from retrieval.excerpts import MARK, excerpt_span, excerpt_text, query_words, unit_spans
@@ -67,17 +68,15 @@ def add_chat(service: Epimem, group_id: str, reply: str) -> None:
 
 def check_excerpts(result: ContextResult, budget: int, contents: dict[str, str]) -> None:
     """Within budget by both measures; each excerpt's span lies in its message, holds at most LIMIT characters,
-    and its text (squashed, marked where the message goes on) is in the context text."""
+    and its text (its lines as a context shows them, marked where the message goes on) is in the context text."""
     assert result.tokens <= budget and math.ceil(len(result.text) / 4) <= budget
     for citation in result.citations:
         for excerpt in citation.excerpts:
             assert excerpt.message_id in citation.message_ids
             content = contents[excerpt.message_id]
             assert 0 <= excerpt.start < excerpt.end <= len(content) and excerpt.end - excerpt.start <= LIMIT
-            line = f"assistant (excerpt): {excerpt_text(content, (excerpt.start, excerpt.end))}"
-            assert line in result.text.splitlines() or any(text.endswith(line) for text in result.text.splitlines()), (
-                result.text
-            )
+            shown = f"assistant (excerpt): {excerpt_text(content, (excerpt.start, excerpt.end))}"
+            assert f"\n{shown}\n" in f"{result.text}\n" or f"] {shown}\n" in f"{result.text}\n", result.text
 
 
 @pytest.mark.parametrize("fact_at", [0, 12, 24])
@@ -149,6 +148,34 @@ def test_http_citations_carry_spans_and_the_message_is_one_call_away(memory: Epi
         assert client.get(f"/v1/groups/{group_id}/sessions/chat-1/messages/a%01b").status_code == 422
 
 
+def test_a_context_shows_each_message_with_its_lines_and_the_adapters_keep_them_in_their_piece(memory: Epimem) -> None:
+    group_id = "excerpt-lines"
+    ask = "Two things for the sprint plan:\n\n- it starts on March 15\n- each sprint lasts two weeks"
+    reply = "\n\n".join([FILLER[i % 3] for i in range(12)] + [CODE_REPLY + "Call sprint_end with the first day."])
+    memory.add_messages(
+        group_id,
+        "chat-1",
+        [
+            {"id": i, "role": role, "content": text, "timestamp": (T0 + timedelta(minutes=n)).isoformat()}
+            for n, (i, role, text) in enumerate([("u1", "user", ask), ("a1", "assistant", reply)])
+        ],
+    )
+    memory.flush(group_id, "chat-1")
+    result = memory.context(group_id, "How does sprint_end compute the sprint plan's end?", token_budget=300)
+    check_excerpts(result, 300, {"a1": reply})
+    assert result.tokens == memory.context_builder.count(result.text)
+    assert "user: Two things for the sprint plan:\n  - it starts on March 15\n  - each sprint lasts two weeks\n" in (
+        result.text + "\n"
+    )
+    (excerpt,) = [e for c in result.citations for e in c.excerpts]
+    assert "def sprint_end(start):\n      if start is None:\n          return None" in result.text
+    assert "sprint_end" in reply[excerpt.start : excerpt.end]
+    pieces = context_pieces(ClientContext.model_validate(result.model_dump(mode="json")))
+    assert len(pieces) == len(result.citations) and all(citation is not None for _text, citation in pieces)
+    (text,) = [text for text, citation in pieces if citation is not None and "a1" in citation.message_ids]
+    assert "      if start is None:" in text and "  - each sprint lasts two weeks" in text
+
+
 # -- the units and the choice ------------------------------------------------------------------------------
 
 
@@ -182,7 +209,43 @@ def test_without_a_query_word_the_excerpt_is_the_opening() -> None:
     assert start == 0 and end <= LIMIT and content[:end].rstrip() == content[:end]
     text = excerpt_text(content, (start, end))
     assert text.endswith(" " + MARK) and not text.startswith(MARK)
-    assert excerpt_text(content, (0, len(content))) == " ".join(content.split())
+    assert excerpt_text(content, (0, len(content))) == shown_lines(content)
+
+
+CODE_REPLY = (
+    "Here is the helper for the planning sheet:\n\n```python\ndef sprint_end(start):\n    if start is None:\n"
+    "        return None\n    return start  +  timedelta(days=14)\n```\n"
+)
+
+
+def test_code_keeps_its_lines_and_its_shape() -> None:
+    assert shown_lines(CODE_REPLY) == (
+        "Here is the helper for the planning sheet:\n  ```python\n  def sprint_end(start):\n      if start is None:\n"
+        "          return None\n      return start + timedelta(days=14)\n  ```"
+    )
+    nested = "    for task in tasks:\n        total += task.hours\n    return total"
+    # the least indentation of the lines is taken off
+    assert shown_lines(nested) == "for task in tasks:\n      total += task.hours\n  return total"
+    assert shown_lines("\tif ready:\n\t\tship()") == "if ready:\n      ship()"  # a tab is four columns
+    start = CODE_REPLY.index("if start")  # a span that opens an indented line keeps it, against which the rest stand
+    assert excerpt_text(CODE_REPLY, (start, CODE_REPLY.index("```\n", start))) == (
+        f"{MARK} if start is None:\n      return None\n  return start + timedelta(days=14) {MARK}"
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(codec="utf-8"), max_size=400))
+def test_a_message_is_shown_with_every_word_and_no_line_that_could_open_another(text: str) -> None:
+    """Whatever a message holds (any Unicode line end or space), its shown text has the same words in the same
+    order, one line per non-blank line of it, spaces and newlines as its only whitespace, and every line but the
+    first indented, so none can be read as a marker, a date line or another message."""
+    shown = shown_lines(text)
+    assert shown.split() == text.split()
+    lines = shown.split("\n") if shown else []
+    assert len(lines) == sum(1 for line in text.splitlines() if line.split())
+    assert all(char in " \n" for char in shown if char.isspace())
+    assert all(line.strip() and not line[0].isspace() for line in lines[:1])
+    assert all(line.startswith(INDENT) and line.strip() for line in lines[1:])
 
 
 def test_the_units_kept_are_bounded_by_their_characters(monkeypatch: pytest.MonkeyPatch) -> None:

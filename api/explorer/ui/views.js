@@ -283,9 +283,14 @@
 
   /* Split the text into its pieces. Each opens with its citation's marker ("[1] "): on its first message line,
      under its day's date line ("[8 May 2023]", before the day's first piece), or on a header line of its own
-     ("[1] [8 May 2023, 13:56 UTC] Title"); then as many message lines as the citation has ids ("…": turns left out). */
+     ("[1] [8 May 2023, 13:56 UTC] Title"); then as many message lines as the citation has ids ("…": turns left out).
+     A message's further lines are indented: they belong to the line before them. */
   function pieces(text, citations) {
-    const lines = text.split("\n").slice(1);
+    const lines = [];
+    for (const line of text.split("\n").slice(1)) {
+      if (line.startsWith(" ") && lines.length) lines[lines.length - 1] += "\n" + line;
+      else lines.push(line);
+    }
     const out = [];
     let at = 0;
     for (const citation of citations) {

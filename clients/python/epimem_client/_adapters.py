@@ -59,8 +59,8 @@ def hit_text(hit: SearchHit) -> str:
 
 def context_pieces(result: ContextResult) -> list[tuple[str, Citation | None]]:
     """The context block cut into its cited pieces (one per episode, oldest first), each from the line its
-    marker opens ("[1] ...") to the next piece, under the date line of its day. If the text cannot be matched
-    to its citations, one piece with the whole text."""
+    marker opens ("[1] ...") to the next piece, under the date line of its day (a message's further lines,
+    indented, stay in its piece). If the text cannot be matched to its citations, one piece with the whole text."""
     whole: list[tuple[str, Citation | None]] = [(result.text, None)] if result.text else []
     citations = result.citations
     blocks: list[list[str]] = []
