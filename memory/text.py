@@ -3,12 +3,15 @@ in offline episodes and in LLM prompts. One rule each, used everywhere."""
 
 from __future__ import annotations
 
+import re
+
 from memory.models import Episode, Message
 
 # A message's second and later lines in a context are indented by this: no line of a message can then be read as
 # a marker, a date line or another message.
 INDENT = "  "
 TAB_WIDTH = 4
+_LINE_BREAK = re.compile("[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")  # where str.splitlines cuts
 
 # What is embedded for an episode: the title and the lead of the content. The model reads at
 # most 256 wordpieces; every message is embedded on its own too, so nothing is lost.
@@ -41,6 +44,8 @@ def shown_lines(text: str) -> str:
     """``text`` as a context shows it: its non-blank lines, runs of whitespace inside each as one space, the first
     without its indentation, the others indented by ``INDENT`` plus their indentation beyond the least of all
     (a tab is ``TAB_WIDTH`` columns): a code block keeps its shape."""
+    if not _LINE_BREAK.search(text):  # one line (most messages): as squash, without cutting it into lines
+        return squash(text)
     rows: list[tuple[int, str]] = []
     for raw in text.splitlines():
         words = raw.split()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from api.facade import Epimem
@@ -235,6 +235,7 @@ def test_code_keeps_its_lines_and_its_shape() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(st.characters(codec="utf-8"), max_size=400))
+@example("a\x0bb\x0cc\x1cd\x1de\x1ef\x85g\u2028h\u2029i\rj\r\nk\x1fl\u00a0m")  # every line end str.splitlines knows
 def test_a_message_is_shown_with_every_word_and_no_line_that_could_open_another(text: str) -> None:
     """Whatever a message holds (any Unicode line end or space), its shown text has the same words in the same
     order, one line per non-blank line of it, spaces and newlines as its only whitespace, and every line but the
