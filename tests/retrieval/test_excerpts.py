@@ -75,8 +75,7 @@ def check_excerpts(result: ContextResult, budget: int, contents: dict[str, str])
             assert excerpt.message_id in citation.message_ids
             content = contents[excerpt.message_id]
             assert 0 <= excerpt.start < excerpt.end <= len(content) and excerpt.end - excerpt.start <= LIMIT
-            shown = f"assistant (excerpt): {excerpt_text(content, (excerpt.start, excerpt.end))}"
-            assert f"\n{shown}\n" in f"{result.text}\n" or f"] {shown}\n" in f"{result.text}\n", result.text
+            assert f" (excerpt): {excerpt_text(content, (excerpt.start, excerpt.end))}\n" in f"{result.text}\n"
 
 
 @pytest.mark.parametrize("fact_at", [0, 12, 24])
@@ -174,6 +173,47 @@ def test_a_context_shows_each_message_with_its_lines_and_the_adapters_keep_them_
     assert len(pieces) == len(result.citations) and all(citation is not None for _text, citation in pieces)
     (text,) = [text for text, citation in pieces if citation is not None and "a1" in citation.message_ids]
     assert "      if start is None:" in text and "  - each sprint lasts two weeks" in text
+
+
+def test_multi_line_messages_keep_the_budget_exact_and_the_pieces_apart(memory: Epimem) -> None:
+    """Paragraphs, lists and code, whole or as excerpts, at every budget: within it by both measures, the count
+    the text's own, each whole message shown with its lines, and the adapters find every piece."""
+    group_id = "excerpt-lines-budget"
+    texts = [
+        "Two things for the sprint plan:\n\n- it starts on March 15\n- each sprint lasts two weeks",
+        CODE_REPLY + "Call sprint_end with the first day of the sprint.",
+        "\n\n".join([FILLER[i % len(FILLER)] for i in range(10)] + [CODE_REPLY, FACT]),
+        "Thanks!\n\tI will paste the helper into the planning sheet.\n\n    Then run it on Monday.",
+    ]
+    memory.add_messages(
+        group_id,
+        "chat-1",
+        [
+            {
+                "id": f"m{n}",
+                "role": ("user", "assistant")[n % 2],
+                "content": text,
+                "timestamp": (T0 + timedelta(minutes=n)).isoformat(),
+            }
+            for n, text in enumerate(texts * 2)
+        ],
+    )
+    memory.flush(group_id, "chat-1")
+    contents = {f"m{n}": text for n, text in enumerate(texts * 2)}
+
+    @settings(max_examples=40, deadline=None)
+    @given(budget=st.integers(min_value=16, max_value=1200), query=st.sampled_from(["sprint_end helper", "March 15"]))
+    def prop(budget: int, query: str) -> None:
+        result = memory.context(group_id, query, token_budget=budget)
+        check_excerpts(result, budget, contents)
+        assert result.tokens == memory.context_builder.count(result.text)
+        held = {e.message_id for c in result.citations for e in c.excerpts}
+        for message_id in {m for c in result.citations for m in c.message_ids} - held:
+            assert shown_lines(contents[message_id]) in result.text
+        pieces = context_pieces(ClientContext.model_validate(result.model_dump(mode="json")))
+        assert len(pieces) == len(result.citations) and all(citation is not None for _t, citation in pieces)
+
+    prop()
 
 
 # -- the units and the choice ------------------------------------------------------------------------------
