@@ -37,8 +37,16 @@ def _admin(url: str, key: str | None) -> Iterator[KeyAdmin]:
         fail(error.message, 1, code=error.code)
 
 
-def _limits(**values: float | None) -> dict[str, float]:
-    return {name: value for name, value in values.items() if value is not None}
+def _limits(
+    requests_per_second: float | None, messages_per_day: float | None, stored_chars: float | None = None
+) -> dict[str, float]:
+    """The limits given on the command line (one not given: the server's default)."""
+    given = {
+        "requests_per_second": requests_per_second,
+        "messages_per_day": messages_per_day,
+        "stored_chars": stored_chars,
+    }
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def _row(key: KeyOut) -> list[str]:
@@ -66,17 +74,18 @@ def create(
     name: Annotated[str, typer.Argument(help="who the key is (the audit trail signs its changes with it)")],
     group: Annotated[list[str], typer.Option("--group", "-g", help="a group id, or a prefix ending in '*'")],
     role: Annotated[str, typer.Option(help="read, write or admin")] = "read",
-    expires: Annotated[datetime | None, typer.Option(help="refused from this time on (ISO, UTC)")] = None,
     requests_per_second: PerSecond = None,
     messages_per_day: PerDay = None,
+    expires: Annotated[datetime | None, typer.Option(help="refused from this time on (ISO, UTC)")] = None,
     url: Url = DEFAULT_URL,
     key: Key = None,
     as_json: AsJson = False,
 ) -> None:
     """Make a key; it works at once on every server of the deployment."""
-    limits = _limits(requests_per_second=requests_per_second, messages_per_day=messages_per_day)
     with _admin(url, key) as admin:
-        made = admin.create(name, group, role, expires_at=expires, limits=limits)
+        made = admin.create(
+            name, group, role, expires_at=expires, limits=_limits(requests_per_second, messages_per_day)
+        )
     _secret(made, as_json, "made")
 
 
@@ -114,9 +123,8 @@ def key_limits(
     as_json: AsJson = False,
 ) -> None:
     """Replace a key's limits (none given: the server's defaults)."""
-    limits = _limits(requests_per_second=requests_per_second, messages_per_day=messages_per_day)
     with _admin(url, key) as admin:
-        changed = admin.set_limits(key_id, limits)
+        changed = admin.set_limits(key_id, _limits(requests_per_second, messages_per_day))
     answer(changed, as_json, lambda c: _table([c]))
 
 
@@ -141,11 +149,8 @@ def group_limits(
     as_json: AsJson = False,
 ) -> None:
     """Replace a group's limits (none given: the server's defaults)."""
-    limits = _limits(
-        requests_per_second=requests_per_second, messages_per_day=messages_per_day, stored_chars=stored_chars
-    )
     with _admin(url, key) as admin:
-        found = admin.set_group_limits(group_id, limits)
+        found = admin.set_group_limits(group_id, _limits(requests_per_second, messages_per_day, stored_chars))
     answer(found, as_json, _group_table)
 
 
