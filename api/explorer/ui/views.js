@@ -281,10 +281,10 @@
     q.focus();
   }
 
-  /* Split the text into its pieces. Each opens with its citation's marker ("[1] "): on its first message line,
-     under its day's date line ("[8 May 2023]", before the day's first piece), or on a header line of its own
-     ("[1] [8 May 2023, 13:56 UTC] Title"); then as many message lines as the citation has ids ("…": turns left out).
-     A message's further lines are indented: they belong to the line before them. */
+  /* Split the text into its pieces. Each opens with its citation's marker ("[1] ") on its first message line,
+     under its day's date line ("[8 May 2023]", before the day's first piece); then as many message lines as the
+     citation has ids ("…": turns left out). A message's further lines are indented: they belong to the line
+     before them. */
   function pieces(text, citations) {
     const lines = [];
     for (const line of text.split("\n").slice(1)) {
@@ -295,13 +295,12 @@
     let at = 0;
     for (const citation of citations) {
       const opens = (line) => Boolean(citation.marker) && line !== undefined && line.startsWith(citation.marker + " ");
-      const piece = { citation, day: null, header: null, lines: [] };
+      const piece = { citation, day: null, lines: [] };
       if (!opens(lines[at]) && /^\[\d{1,2} \w+ \d{4}\]$/.test(lines[at] ?? "")) piece.day = lines[at++];
       if (!opens(lines[at])) return null;
       const opening = lines[at++].slice(citation.marker.length + 1);
       let seen = 0;
-      if (/^\[\d{1,2} \w+ \d{4}, \d{2}:\d{2} UTC\]/.test(opening)) piece.header = opening;
-      else piece.lines.push({ text: opening, message: citation.message_ids[seen++], marked: true });
+      piece.lines.push({ text: opening, message: citation.message_ids[seen++], marked: true });
       while (at < lines.length && seen < citation.message_ids.length) {
         const line = lines[at++];
         piece.lines.push({ text: line, message: line === "…" ? null : citation.message_ids[seen++] });
@@ -338,7 +337,6 @@
         piece.day ? h("div", { class: "ctx-line ctx-head ctx-day" }, piece.day) : null,
         h("section", { class: "piece", "data-episode": piece.citation.episode_id, "data-marker": piece.citation.marker,
           "aria-label": `piece ${piece.citation.marker}` },
-        piece.header ? h("div", { class: "ctx-line ctx-head" }, cite(piece), " ", piece.header) : null,
         piece.lines.map((line) => line.marked
           ? h("div", { class: "ctx-line ctx-marked" }, cite(piece), " ", message(piece, line))
           : line.message ? message(piece, line) : h("div", { class: "ctx-line muted" }, line.text)))]))];
