@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,6 +26,28 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     # on one thread, instead of torch's thread per core in every process fighting for the same cores.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MEMORY_TEMP_MIN_FREE = 8 * 2**30
+
+
+def _temp_in_memory() -> None:
+    """The tests' temporary folders (pytest's ``tmp_path``, and with them the Chroma data of every test) on the
+    machine's RAM filesystem when it has one with room (Linux ``/dev/shm``, 8 GiB free) and ``TMPDIR`` is not
+    set: the same files, without the disk's flushes and inode work (about 7% of the quick loop's time on a 2-core
+    VM). The folders of passing tests are removed as they pass (pyproject: ``tmp_path_retention_policy``)."""
+    shm = Path("/dev/shm")
+    if os.environ.get("TMPDIR") or not shm.is_dir() or not os.access(shm, os.W_OK):
+        return
+    free = os.statvfs(shm)
+    if free.f_bavail * free.f_frsize < MEMORY_TEMP_MIN_FREE:
+        return
+    folder = shm / f"epimem-tests-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = str(folder)  # the workers and every process the tests start inherit it
+    tempfile.tempdir = None
+
+
+_temp_in_memory()
 
 from helpers import cloud_profile  # noqa: E402
 from helpers.embedders import RememberingEmbedder  # noqa: E402

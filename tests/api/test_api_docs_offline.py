@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
 import pytest
 from helpers.browser import OFFLINE_ARGS, chromium_or_skip
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 
 from api.facade import Epimem
@@ -40,13 +40,13 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransform
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc"])
 def test_the_pages_name_only_local_assets(server: AppServer, path: str) -> None:
-    page = httpx.get(server.url + path, timeout=30)
+    page = HTTP.get(server.url + path, timeout=30)
     assert page.status_code == 200
     assets = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text)
     assert assets and all(asset.startswith("/") for asset in assets), assets
     assert "cdn" not in page.text and "fonts.googleapis" not in page.text
     for asset in assets:
-        assert httpx.get(server.url + asset, timeout=30).status_code == 200, asset
+        assert HTTP.get(server.url + asset, timeout=30).status_code == 200, asset
 
 
 def _offline_page(browser: Any, server: AppServer, outside: list[str], problems: list[str]) -> Any:

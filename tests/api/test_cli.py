@@ -9,9 +9,9 @@ import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from helpers.docs_blocks import blocks
+from helpers.http_client import HTTP
 from helpers.paths import DOCS, ROOT
 from helpers.processes import clean_env
 from helpers.servers import AppServer, ServerProcess
@@ -233,13 +233,13 @@ def test_epimem_serve_answers_http(tmp_path: Path) -> None:
     with server:
         port = server.port
         base = f"{server.url}/v1/groups/team"
-        added = httpx.post(
+        added = HTTP.post(
             f"{base}/sessions/chat/messages",
             json={"messages": [{"id": "1", "content": "Ana adopted a dog called Rex."}]},
             headers={"x-request-id": "cli-test-1"},
         )
         assert added.status_code == 200 and added.headers["x-request-id"] == "cli-test-1"
-        assert httpx.post(f"{base}/sessions/chat/flush", timeout=60).json()["episodes"]
+        assert HTTP.post(f"{base}/sessions/chat/flush", timeout=60).json()["episodes"]
     process = server.process
     text = log.read_text()
     assert "local mode" in text and f"127.0.0.1:{port}" in text

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from helpers.http_client import HTTP
 from typer.testing import CliRunner
 
 from api.cli.main import app
@@ -38,9 +38,9 @@ def test_keys_from_the_command_line(url: str, group_id: str) -> None:
     made = json.loads(keys(url, "create", f"bot-{group_id}", "-g", group_id, "--role", "write", "--json"))
     secret = made["key"]
     headers = {"authorization": f"Bearer {secret}"}
-    assert httpx.get(f"{url}/v1/groups/{group_id}/sessions", headers=headers).status_code == 200
+    assert HTTP.get(f"{url}/v1/groups/{group_id}/sessions", headers=headers).status_code == 200
     added = {"messages": [{"id": "m1", "content": "Ana adopted a dog."}]}
-    assert httpx.post(f"{url}/v1/groups/{group_id}/sessions/s1/messages", json=added, headers=headers).is_success
+    assert HTTP.post(f"{url}/v1/groups/{group_id}/sessions/s1/messages", json=added, headers=headers).is_success
 
     listed = keys(url, "list", "--json")
     assert secret not in listed and made["id"] in listed
@@ -49,7 +49,7 @@ def test_keys_from_the_command_line(url: str, group_id: str) -> None:
     assert "shown this once" in plain and "epm_" in plain
 
     rotated = json.loads(keys(url, "rotate", made["id"], "--json"))["key"]
-    assert httpx.get(f"{url}/v1/groups/{group_id}/sessions", headers=headers).status_code == 401
+    assert HTTP.get(f"{url}/v1/groups/{group_id}/sessions", headers=headers).status_code == 401
     limited = json.loads(keys(url, "limits", made["id"], "--messages-per-day", "1", "--json"))
     assert limited["limits"] == {"messages_per_day": 1}
     group = json.loads(keys(url, "group-limits", group_id, "--stored-chars", "1000", "--json"))
@@ -61,7 +61,7 @@ def test_keys_from_the_command_line(url: str, group_id: str) -> None:
 
     assert "revoked" in keys(url, "revoke", made["id"])
     rotated_headers = {"authorization": f"Bearer {rotated}"}
-    assert httpx.get(f"{url}/v1/groups/{group_id}/sessions", headers=rotated_headers).status_code == 401
+    assert HTTP.get(f"{url}/v1/groups/{group_id}/sessions", headers=rotated_headers).status_code == 401
 
 
 def test_refusals_are_one_line_with_the_code(url: str, group_id: str) -> None:

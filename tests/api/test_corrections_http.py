@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers.builders import T0, turns
+from helpers.http_client import HTTP
 
 from api.facade import Epimem
 
@@ -39,7 +40,7 @@ def api(
 
     def call(method: str, path: str, key: str = "admin", **options: object) -> httpx.Response:
         headers = {"authorization": f"Bearer {KEYS[key]['key']}"}
-        return httpx.request(method, f"{server.url}/v1{path}", headers=headers, timeout=300, **options)  # type: ignore[arg-type]
+        return HTTP.request(method, f"{server.url}/v1{path}", headers=headers, timeout=300, **options)  # type: ignore[arg-type]
 
     return call
 

@@ -19,10 +19,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from helpers.browser import ARGS
 from helpers.builders import MINUTE, T0, turns
+from helpers.http_client import HTTP
 from helpers.paths import DOCS
 from helpers.servers import AppServer
 
@@ -411,8 +411,8 @@ def test_an_excerpt_is_marked_and_opens_its_whole_message(local: AppServer, open
         {"id": "plan", "role": "assistant", "content": reply, "timestamp": (T0 + MINUTE).isoformat()},
     ]
     base = f"{local.url}/v1/groups/assistant-chat/sessions/chat-1"
-    assert httpx.post(f"{base}/messages", json={"messages": messages}, timeout=60).status_code == 200
-    assert httpx.post(f"{base}/flush", timeout=120).status_code == 200
+    assert HTTP.post(f"{base}/messages", json={"messages": messages}, timeout=60).status_code == 200
+    assert HTTP.post(f"{base}/flush", timeout=120).status_code == 200
     page, _ = open_page(local.url + "/ui/#/g/assistant-chat/context")
     page.get_by_label("Question").fill("When does my first sprint end?")
     page.get_by_label("Token budget").fill("300")

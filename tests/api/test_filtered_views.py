@@ -9,9 +9,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from helpers.builders import T0, turns
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 
 from api.facade import Epimem
@@ -41,14 +41,14 @@ def search(url: str, group_id: str, wanted: dict[str, Any] | None) -> list[dict[
     body: dict[str, Any] = {"query": "pottery class and woodworking chairs", "k": 5, "expand": True}
     if wanted is not None:
         body["filter"] = wanted
-    response = httpx.post(f"{url}/v1/groups/{group_id}/search", json=body, timeout=60)
+    response = HTTP.post(f"{url}/v1/groups/{group_id}/search", json=body, timeout=60)
     assert response.status_code == 200, response.text
     return list(response.json()["hits"])
 
 
 def timeline(url: str, group_id: str, wanted: dict[str, Any] | None) -> list[dict[str, Any]]:
     params = {"filter": json.dumps(wanted)} if wanted is not None else {}
-    response = httpx.get(f"{url}/v1/groups/{group_id}/timeline", params=params, timeout=60)
+    response = HTTP.get(f"{url}/v1/groups/{group_id}/timeline", params=params, timeout=60)
     assert response.status_code == 200, response.text
     return list(response.json()["episodes"])
 
@@ -69,5 +69,5 @@ def test_a_filter_shows_an_episode_as_the_messages_that_pass(url: str, group_id:
             assert shown == episode
     for hit in search(url, group_id, wanted):
         assert {m["id"] for m in hit["messages"]} == ({"m0", "m2"} if narrowing else {"m0", "m1", "m2", "m3"})
-    by_id = httpx.get(f"{url}/v1/groups/{group_id}/sessions/chat/episodes/{episode['uuid']}", timeout=60).json()
+    by_id = HTTP.get(f"{url}/v1/groups/{group_id}/sessions/chat/episodes/{episode['uuid']}", timeout=60).json()
     assert by_id["episode"] == episode  # read by its id, without a filter, an episode is itself

@@ -9,9 +9,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from helpers.builders import two_episode_session
+from helpers.http_client import HTTP
 from helpers.servers import AppServer, free_port
 from test_explorer import ARGS, chromium_path
 
@@ -65,11 +65,11 @@ def browser() -> Iterator[Any]:
 
 def test_every_html_response_forbids_framing(server: AppServer) -> None:
     for path in ("/ui/", "/ui/index.html", "/docs", "/", "/v1/groups"):
-        response = httpx.get(server.url + path, timeout=30)
+        response = HTTP.get(server.url + path, timeout=30)
         policy = response.headers.get("content-security-policy", "")
         assert "frame-ancestors 'none'" in policy, path
         assert response.headers.get("x-frame-options") == "DENY", path
-    explorer = httpx.get(f"{server.url}/ui/", timeout=30).headers["content-security-policy"]
+    explorer = HTTP.get(f"{server.url}/ui/", timeout=30).headers["content-security-policy"]
     assert "script-src 'self'" in explorer and "unsafe-inline" not in explorer and "style-src 'self'" in explorer
 
 

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from helpers.builders import T0
 from helpers.embedders import GatedEmbedder
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 
 from api.facade import Epimem
@@ -67,7 +68,7 @@ def large_file(group: str, model_id: str) -> list[dict[str, Any]]:
 def send(url: str, records: list[dict[str, Any]], key: str, group_id: str) -> httpx.Response:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     headers = {"authorization": f"Bearer {key}", "content-type": "application/x-ndjson"}
-    return httpx.post(f"{url}/v1/groups/{group_id}/import", content=body, headers=headers, timeout=900)
+    return HTTP.post(f"{url}/v1/groups/{group_id}/import", content=body, headers=headers, timeout=900)
 
 
 @pytest.mark.slow  # imports hundreds of messages twice per backend
@@ -93,7 +94,7 @@ def test_an_add_to_the_group_completes_while_a_large_import_runs(
             def run_add() -> None:
                 url = f"{server.url}/v1/groups/{group}/sessions/live/messages"
                 body = {"messages": [{"id": "live-1", "content": "Said while the import ran.", "producer_id": "ana"}]}
-                answers["add"] = httpx.post(url, json=body, headers={"authorization": f"Bearer {WRITER}"}, timeout=600)
+                answers["add"] = HTTP.post(url, json=body, headers={"authorization": f"Bearer {WRITER}"}, timeout=600)
 
             importing = threading.Thread(target=run_import)
             importing.start()

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, chat, two_episode_session
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -44,7 +45,7 @@ def auth(key: str) -> dict[str, str]:
 
 def held(url: str) -> set[str]:
     """Every record the group holds, as an export writes it (but its own time)."""
-    response = httpx.get(f"{url}/v1/groups/{GROUP}/export", headers=auth(ADMIN), timeout=120)
+    response = HTTP.get(f"{url}/v1/groups/{GROUP}/export", headers=auth(ADMIN), timeout=120)
     assert response.status_code == 200, response.text
     return {json.dumps(r, sort_keys=True) for r in map(json.loads, response.text.splitlines()) if r["type"] != "header"}
 
@@ -65,7 +66,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransform
     service.flush(GROUP, "del")
     service.generate_summaries(GROUP, days_back=60, max_memories_per_summary=10, reference_time=T0 + timedelta(days=30))
     with AppServer(service) as server:
-        response = httpx.get(
+        response = HTTP.get(
             f"{server.url}/v1/groups/{GROUP}/export", params={"include_embeddings": True}, headers=auth(ADMIN)
         )
         older = [json.loads(line) for line in response.text.splitlines()]
@@ -125,7 +126,7 @@ def mutated(records: list[dict[str, Any]], data: st.DataObject, kinds: list[str]
 def imported(url: str, records: list[dict[str, Any]], key: str) -> httpx.Response:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     headers = {**auth(key), "content-type": "application/x-ndjson"}
-    return httpx.post(f"{url}/v1/groups/{GROUP}/import", content=body, headers=headers, timeout=300)
+    return HTTP.post(f"{url}/v1/groups/{GROUP}/import", content=body, headers=headers, timeout=300)
 
 
 def check(seeded: Seeded, response: httpx.Response) -> None:

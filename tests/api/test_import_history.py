@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, chat, two_episode_session
+from helpers.http_client import HTTP
 from helpers.servers import AppServer, ChromaServer
 
 from api.facade import Epimem
@@ -69,7 +70,7 @@ def auth(key: str) -> dict[str, str]:
 
 
 def export(url: str, group_id: str, **params: Any) -> list[dict[str, Any]]:
-    response = httpx.get(f"{url}/v1/groups/{group_id}/export", params=params, headers=auth(ADMIN), timeout=120)
+    response = HTTP.get(f"{url}/v1/groups/{group_id}/export", params=params, headers=auth(ADMIN), timeout=120)
     assert response.status_code == 200, response.text
     return [json.loads(line) for line in response.text.splitlines()]
 
@@ -77,7 +78,7 @@ def export(url: str, group_id: str, **params: Any) -> list[dict[str, Any]]:
 def send(url: str, group_id: str, records: list[dict[str, Any]], key: str) -> httpx.Response:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     headers = {**auth(key), "content-type": "application/x-ndjson"}
-    return httpx.post(f"{url}/v1/groups/{group_id}/import", content=body, headers=headers, timeout=600)
+    return HTTP.post(f"{url}/v1/groups/{group_id}/import", content=body, headers=headers, timeout=600)
 
 
 def recounted(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -291,10 +292,10 @@ def test_e_an_older_export_never_brings_back_erased_text(served: Served, backend
     older = export(served.url, group_id)
     assert secret in json.dumps(older) and gone in json.dumps(older)
 
-    assert httpx.post(
+    assert HTTP.post(
         f"{served.url}/v1/groups/{group_id}/sessions/red/messages/r-0/redact", headers=auth(ADMIN), timeout=120
     ).json()["redacted"]
-    deleted = httpx.delete(f"{served.url}/v1/groups/{group_id}/sessions/del/messages/d-0", headers=auth(ADMIN))
+    deleted = HTTP.delete(f"{served.url}/v1/groups/{group_id}/sessions/del/messages/d-0", headers=auth(ADMIN))
     assert deleted.status_code == 200, deleted.text
     before = stored(served.url, group_id)
     assert secret not in json.dumps(before) and gone not in json.dumps(before)

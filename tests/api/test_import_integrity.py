@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, chat, two_episode_session
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 from typer.testing import CliRunner
 
@@ -49,7 +50,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransform
 
 
 def export(server: AppServer, group: str) -> list[dict]:
-    response = httpx.get(f"{server.url}/v1/groups/{group}/export", headers=_auth(ADMIN), timeout=120)
+    response = HTTP.get(f"{server.url}/v1/groups/{group}/export", headers=_auth(ADMIN), timeout=120)
     assert response.status_code == 200, response.text
     return [json.loads(line) for line in response.text.splitlines()]
 
@@ -57,11 +58,11 @@ def export(server: AppServer, group: str) -> list[dict]:
 def send(server: AppServer, group: str, records: list[dict], key: str = WRITER) -> httpx.Response:
     body = "".join(json.dumps(r) + "\n" for r in records).encode()
     headers = {**_auth(key), "content-type": "application/x-ndjson"}
-    return httpx.post(f"{server.url}/v1/groups/{group}/import", content=body, headers=headers, timeout=300)
+    return HTTP.post(f"{server.url}/v1/groups/{group}/import", content=body, headers=headers, timeout=300)
 
 
 def timeline(server: AppServer, group: str) -> list[tuple[str, str, str]]:
-    page = httpx.get(f"{server.url}/v1/groups/{group}/timeline", params={"limit": 200}, headers=_auth(WRITER))
+    page = HTTP.get(f"{server.url}/v1/groups/{group}/timeline", params={"limit": 200}, headers=_auth(WRITER))
     return [(e["uuid"], e["title"], e["content"]) for e in page.json()["episodes"]]
 
 
@@ -78,7 +79,7 @@ def test_an_edited_episode_cannot_be_imported_back(server: AppServer, field: str
     assert refused.status_code == 409, refused.text
     assert refused.json()["error"]["details"]["ids"] == [episode["uuid"]]
     assert timeline(server, GROUP) == before
-    search = httpx.post(
+    search = HTTP.post(
         f"{server.url}/v1/groups/{GROUP}/search", json={"query": "FORGED Max"}, headers=_auth(WRITER), timeout=60
     )
     assert all("FORGED" not in hit["episode"]["content"] for hit in search.json()["hits"])
@@ -100,12 +101,12 @@ def test_an_export_larger_than_the_body_cap_imports_back_over_http(server: AppSe
     messages = chat("b", 8, start=T0, marker="large")
     for i, message in enumerate(messages):
         message["content"] = f"Line {i} about the long trip. " + "A long account of the road. " * 400
-    response = httpx.post(
+    response = HTTP.post(
         f"{server.url}/v1/groups/{big}/sessions/s/messages", json={"messages": messages[:2]}, headers=_auth(WRITER)
     )
     assert response.status_code == 200, response.text
     for start in range(2, 8, 2):
-        httpx.post(
+        HTTP.post(
             f"{server.url}/v1/groups/{big}/sessions/s/messages",
             json={"messages": messages[start : start + 2]},
             headers=_auth(WRITER),
@@ -116,7 +117,7 @@ def test_an_export_larger_than_the_body_cap_imports_back_over_http(server: AppSe
     imported = send(server, "big-copy", records)
     assert imported.status_code == 200, imported.text
     assert imported.json()["messages"] == 8
-    copied = httpx.get(f"{server.url}/v1/groups/big-copy/sessions/s/messages", headers=_auth(WRITER)).json()
+    copied = HTTP.get(f"{server.url}/v1/groups/big-copy/sessions/s/messages", headers=_auth(WRITER)).json()
     assert [m["content"] for m in copied["messages"]] == [m["content"] for m in messages]
 
 
@@ -126,11 +127,11 @@ def test_an_import_over_its_own_cap_is_a_413(tmp_path: Path, embedder: SentenceT
     try:
         with AppServer(service) as local:
             body = b'{"type": "header"}\n' + b" " * 10_000 + b"\n"
-            response = httpx.post(
+            response = HTTP.post(
                 f"{local.url}/v1/groups/g/import", content=body, headers={"content-type": "application/x-ndjson"}
             )
             assert response.status_code == 413 and response.json()["error"]["details"] == {"max_import_bytes": 8192}
-            chunked = httpx.post(
+            chunked = HTTP.post(
                 f"{local.url}/v1/groups/g/import",
                 content=iter([b" " * 5000, b" " * 5000]),  # no Content-Length: counted as it streams
                 headers={"content-type": "application/x-ndjson"},

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, turns
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 
 from api.facade import Epimem
@@ -39,7 +40,7 @@ class Api:
     def __call__(self, method: str, path: str, key: str | None = ROOT_KEY, **options: Any) -> httpx.Response:
         headers = {"authorization": f"Bearer {key}"} if key else {}
         headers.update(options.pop("headers", {}))
-        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=120, **options)
+        return HTTP.request(method, f"{self.url}{path}", headers=headers, timeout=120, **options)
 
 
 @pytest.fixture

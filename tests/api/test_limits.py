@@ -15,6 +15,7 @@ import httpx
 import pytest
 from helpers.builders import T0, turns
 from helpers.checks import every_client, scan_client
+from helpers.http_client import HTTP
 
 from api.facade import Epimem
 from memory.timeutil import utc_now
@@ -29,7 +30,7 @@ class Api:
     def __call__(self, method: str, path: str, key: str | None = ROOT, **options: Any) -> httpx.Response:
         headers = {"authorization": f"Bearer {key}"} if key else {}
         headers.update(options.pop("headers", {}))
-        return httpx.request(method, f"{self.url}{path}", headers=headers, timeout=120, **options)
+        return HTTP.request(method, f"{self.url}{path}", headers=headers, timeout=120, **options)
 
 
 @pytest.fixture

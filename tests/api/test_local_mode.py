@@ -14,10 +14,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from helpers.docs_blocks import blocks
+from helpers.http_client import HTTP
 from helpers.paths import DOCS
 from helpers.servers import AppServer
 
@@ -60,25 +60,25 @@ def test_a_web_page_cannot_write_or_read_a_local_epimem(service: Epimem, serve: 
     server = serve(service)
     url = f"http://127.0.0.1:{server.port}"
     body = _export_of(service)
-    planted = httpx.post(
+    planted = HTTP.post(
         f"{url}/v1/groups/planted/import", content=body, headers=_browser(server.port, "https://evil.example")
     )
     assert planted.status_code == 403 and planted.json()["error"]["code"] == "forbidden"
     assert planted.headers["X-Request-ID"]
     # The same request without Origin (a client that hides it) is still refused: text/plain is no JSON.
     no_origin = {k: v for k, v in _browser(server.port, "x").items() if k != "Origin"}
-    assert httpx.post(f"{url}/v1/groups/planted/import", content=body, headers=no_origin).status_code == 415
+    assert HTTP.post(f"{url}/v1/groups/planted/import", content=body, headers=no_origin).status_code == 415
     form = dict(no_origin, **{"Content-Type": "application/x-www-form-urlencoded"})
-    assert httpx.post(f"{url}/v1/groups/planted/sessions/s/flush", content=b"a=1", headers=form).status_code == 415
+    assert HTTP.post(f"{url}/v1/groups/planted/sessions/s/flush", content=b"a=1", headers=form).status_code == 415
     assert service.list_sessions("planted") == []
     # A page cannot read either: GET with a foreign Origin (a CORS fetch) or a rebound Host.
     read = f"{url}/v1/groups/source/timeline"
-    assert httpx.get(read, headers={"Origin": "https://evil.example"}).status_code == 403
-    assert httpx.get(read, headers={"Origin": "null"}).status_code == 403
-    rebound = httpx.get(read, headers={"Host": f"evil.example:{server.port}"})
+    assert HTTP.get(read, headers={"Origin": "https://evil.example"}).status_code == 403
+    assert HTTP.get(read, headers={"Origin": "null"}).status_code == 403
+    rebound = HTTP.get(read, headers={"Host": f"evil.example:{server.port}"})
     assert rebound.status_code == 403 and "DNS rebinding" in rebound.json()["error"]["message"]
     for path in ("/ui", "/mcp", "/docs"):  # every path, not only /v1
-        assert httpx.get(f"{url}{path}", headers={"Host": "rebind.example"}).status_code == 403
+        assert HTTP.get(f"{url}{path}", headers={"Host": "rebind.example"}).status_code == 403
 
 
 def test_local_clients_and_json_types_still_work(service: Epimem, serve: Callable[..., AppServer]) -> None:
@@ -86,18 +86,18 @@ def test_local_clients_and_json_types_still_work(service: Epimem, serve: Callabl
     url = f"http://127.0.0.1:{server.port}"
     body = _export_of(service)
     same_origin = {"Origin": url, "Content-Type": "application/x-ndjson"}
-    imported = httpx.post(f"{url}/v1/groups/copied/import", content=body, headers=same_origin)
+    imported = HTTP.post(f"{url}/v1/groups/copied/import", content=body, headers=same_origin)
     assert imported.status_code == 200, imported.text
     message = json.dumps({"messages": [{"id": "j1", "content": "typed json with a charset"}]})
     for host, content_type in (("localhost", "application/json; charset=utf-8"), ("[::1]", "application/json")):
         headers = {"Host": f"{host}:{server.port}", "Origin": f"http://localhost:{server.port}"}
-        sent = httpx.post(
+        sent = HTTP.post(
             f"{url}/v1/groups/copied/sessions/t/messages",
             content=message,
             headers={**headers, "Content-Type": content_type},
         )
         assert sent.status_code == 200, sent.text
-    assert httpx.get(f"{url}/v1/groups/copied/sessions/t/messages").json()["messages"][0]["id"] == "j1"
+    assert HTTP.get(f"{url}/v1/groups/copied/sessions/t/messages").json()["messages"][0]["id"] == "j1"
 
 
 def _outward_address() -> str | None:
@@ -119,8 +119,8 @@ def test_create_app_with_no_keys_serves_only_this_machine(service: Epimem, serve
     if address is None:
         pytest.skip("this machine has no non-loopback address to connect from")
     server = serve(service, host="0.0.0.0")
-    assert httpx.get(f"http://{address}:{server.port}/v1/groups/source/timeline").status_code == 403
-    assert httpx.get(f"http://127.0.0.1:{server.port}/v1/groups/source/timeline").status_code == 200
+    assert HTTP.get(f"http://{address}:{server.port}/v1/groups/source/timeline").status_code == 403
+    assert HTTP.get(f"http://127.0.0.1:{server.port}/v1/groups/source/timeline").status_code == 200
 
 
 def _keys_file(tmp_path: Path, keys: list[dict]) -> Path:

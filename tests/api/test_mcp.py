@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from helpers.builders import turns
 from helpers.docs_blocks import blocks, run_block
+from helpers.http_client import HTTP
 from helpers.paths import BIN, ROOT
 from helpers.servers import AppServer
 from mcp import Client
@@ -238,7 +238,7 @@ def test_http_endpoint_refuses_missing_and_wrong_keys(keyed_server: AppServer) -
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
     for key in (None, "wrong-key-0123456789abcdef"):
         auth = {"authorization": f"Bearer {key}"} if key else {}
-        response = httpx.post(f"{keyed_server.url}/mcp", json=body, headers={**headers, **auth}, timeout=30)
+        response = HTTP.post(f"{keyed_server.url}/mcp", json=body, headers={**headers, **auth}, timeout=30)
         assert response.status_code == 401
         assert response.json()["error"]["code"] == "unauthorized"
 

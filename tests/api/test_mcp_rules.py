@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from helpers.http_client import HTTP
 from helpers.paths import ROOT
 from helpers.servers import AppServer, free_port
 from mcp import Client
@@ -75,7 +75,7 @@ def test_deleting_a_session_needs_admin_as_over_http(server: AppServer) -> None:
     assert data(call(server.url, WRITER, "add_messages", {"group": GROUP, "session": "s1", "messages": [message(0)]}))
     refused = call(server.url, WRITER, "delete_session", {"group": GROUP, "session": "s1"})
     assert refused.is_error and "needs admin" in refused.content[0].text
-    over_http = httpx.delete(
+    over_http = HTTP.delete(
         f"{server.url}/v1/groups/{GROUP}/sessions/s1", headers={"authorization": f"Bearer {WRITER}"}, timeout=30
     )
     assert over_http.status_code == 403 and "needs admin" in over_http.json()["error"]["message"]
@@ -120,11 +120,11 @@ def test_validation_errors_say_what_is_wrong_and_the_log_holds_no_input(
 
 def test_an_expired_key_gets_401_on_every_method_of_mcp(server: AppServer) -> None:
     headers = {"authorization": f"Bearer {EXPIRED}", "accept": "application/json, text/event-stream"}
-    with httpx.stream("GET", f"{server.url}/mcp", headers=headers, timeout=30) as stream:
+    with HTTP.stream("GET", f"{server.url}/mcp", headers=headers, timeout=30) as stream:
         assert stream.status_code == 401  # not 200 and an open event stream
         assert "expired" in json.loads(stream.read())["error"]["message"]
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-    post = httpx.post(f"{server.url}/mcp", json=body, headers=headers, timeout=30)
+    post = HTTP.post(f"{server.url}/mcp", json=body, headers=headers, timeout=30)
     assert post.status_code == 401 and "expired" in post.json()["error"]["message"]
 
 

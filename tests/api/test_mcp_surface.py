@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from helpers.http_client import HTTP
 from helpers.servers import AppServer, ServerProcess
 from test_mcp import data, http_client
 
@@ -70,12 +71,12 @@ def auth(key: str) -> dict[str, str]:
 
 def http_add(server: AppServer, session: str, messages: list[dict[str, Any]]) -> httpx.Response:
     url = f"{server.url}/v1/groups/{GROUP}/sessions/{session}/messages"
-    return httpx.post(url, json={"messages": messages}, headers=auth(WRITER), timeout=60)
+    return HTTP.post(url, json={"messages": messages}, headers=auth(WRITER), timeout=60)
 
 
 def history(server: AppServer, session: str) -> list[dict[str, Any]]:
     url = f"{server.url}/v1/groups/{GROUP}/sessions/{session}/messages"
-    response = httpx.get(url, headers=auth(WRITER), timeout=60)
+    response = HTTP.get(url, headers=auth(WRITER), timeout=60)
     assert response.status_code == 200, response.text
     return list(response.json()["messages"])
 
@@ -95,7 +96,7 @@ def test_mcp_changes_are_signed_by_the_key_in_the_audit_trail(server: AppServer)
     corrected = {"group": GROUP, "session": "signed", "episode_id": episode_id, "title": "The cabin trip"}
     data(call(server.url, WRITER, "correct_episode", corrected))
     data(call(server.url, ADMIN, "delete_session", {"group": GROUP, "session": "signed"}))
-    page = httpx.get(f"{server.url}/v1/groups/{GROUP}/audit", params={"limit": 500}, headers=auth(ADMIN), timeout=60)
+    page = HTTP.get(f"{server.url}/v1/groups/{GROUP}/audit", params={"limit": 500}, headers=auth(ADMIN), timeout=60)
     assert page.status_code == 200, page.text
     actors = {(e["action"], e["actor"]) for e in page.json()["entries"]}
     assert {("add", "support-bot"), ("flush", "support-bot"), ("correct", "support-bot")} <= actors
@@ -114,7 +115,7 @@ def test_mcp_validates_timestamps_as_http_does(server: AppServer) -> None:
     assert str(milliseconds) not in text  # the rule, not the value
     timeline = {"group": GROUP, "start": milliseconds}
     assert refusal(call(server.url, WRITER, "get_timeline", timeline)).startswith("invalid_input: start")
-    refused = httpx.get(
+    refused = HTTP.get(
         f"{server.url}/v1/groups/{GROUP}/timeline", params={"start": milliseconds}, headers=auth(WRITER), timeout=60
     )
     assert refused.status_code == 422, refused.text

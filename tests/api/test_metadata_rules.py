@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from helpers.builders import T0
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 from test_mcp import http_client
 
@@ -69,10 +69,10 @@ def refusals(server: AppServer, metadata: dict[str, Any], group: str) -> dict[st
     url, found = server.url, {}
     messages = f"{url}/v1/groups/{group}/sessions/s/messages"
     for name, response in {
-        "http": httpx.post(messages, json={"messages": [said(metadata)]}, headers=auth(WRITER), timeout=60),
-        "session": httpx.put(f"{url}/v1/groups/{group}/sessions/s", json={"metadata": metadata}, headers=auth(WRITER)),
-        "group": httpx.put(f"{url}/v1/groups/{group}", json={"metadata": metadata}, headers=auth(WRITER)),
-        "import": httpx.post(
+        "http": HTTP.post(messages, json={"messages": [said(metadata)]}, headers=auth(WRITER), timeout=60),
+        "session": HTTP.put(f"{url}/v1/groups/{group}/sessions/s", json={"metadata": metadata}, headers=auth(WRITER)),
+        "group": HTTP.put(f"{url}/v1/groups/{group}", json={"metadata": metadata}, headers=auth(WRITER)),
+        "import": HTTP.post(
             f"{url}/v1/groups/{group}/import",
             content=conversation(group, said(metadata)),
             headers={**auth(WRITER), "content-type": "application/x-ndjson"},
@@ -106,7 +106,7 @@ def test_metadata_is_bounded_like_content(server: AppServer, group_id: str) -> N
     group = group_id
     found = refusals(server, {"note": "x" * MAX_METADATA_BYTES}, group)
     assert all(str(MAX_METADATA_BYTES) in text for text in found.values()), found
-    huge = httpx.post(
+    huge = HTTP.post(
         f"{server.url}/v1/groups/{group}/sessions/s/messages",
         json={"messages": [said({"blob": "y" * 4_500_000})]},
         headers=auth(WRITER),
@@ -114,18 +114,18 @@ def test_metadata_is_bounded_like_content(server: AppServer, group_id: str) -> N
     )
     assert huge.status_code == 422 and huge.json()["error"]["details"]["max_metadata_bytes"] == MAX_METADATA_BYTES
     fits = {"note": "x" * (MAX_METADATA_BYTES - 20)}
-    added = httpx.post(
+    added = HTTP.post(
         f"{server.url}/v1/groups/{group}/sessions/s/messages", json={"messages": [said(fits)]}, headers=auth(WRITER)
     )
     assert added.status_code == 200, added.text
     assert server.service is not None
     (episode,) = server.service.flush(group, "s")
     correction = {"user_metadata": {"note": "z" * (MAX_METADATA_BYTES + 1)}}
-    corrected = httpx.patch(
+    corrected = HTTP.patch(
         f"{server.url}/v1/groups/{group}/sessions/s/episodes/{episode.uuid}", json=correction, headers=auth(WRITER)
     )
     assert corrected.status_code == 422 and str(MAX_METADATA_BYTES) in corrected.text
-    reserved = httpx.patch(
+    reserved = HTTP.patch(
         f"{server.url}/v1/groups/{group}/sessions/s/episodes/{episode.uuid}",
         json={"user_metadata": {"epimem_redacted": True}},
         headers=auth(WRITER),
@@ -137,7 +137,7 @@ def test_an_admin_redaction_always_redacts(server: AppServer, group_id: str) -> 
     group = group_id
     secret = "the safe code is 90210"
     message = {"id": "m1", "content": f"Ana says {secret}.", "metadata": {"epimem_redacted": True}}
-    restored = httpx.post(  # a restore may carry the mark (an export of a redacted message does)
+    restored = HTTP.post(  # a restore may carry the mark (an export of a redacted message does)
         f"{server.url}/v1/groups/{group}/import",
         content=conversation(group, message),
         headers={**auth(ADMIN), "content-type": "application/x-ndjson"},
@@ -145,12 +145,12 @@ def test_an_admin_redaction_always_redacts(server: AppServer, group_id: str) -> 
     )
     assert restored.status_code == 200, restored.text
     redact = f"{server.url}/v1/groups/{group}/sessions/s/messages/m1/redact"
-    first = httpx.post(redact, headers=auth(ADMIN), timeout=120)
+    first = HTTP.post(redact, headers=auth(ADMIN), timeout=120)
     assert first.status_code == 200 and first.json()["redacted"] is True, first.text
     assert server.service is not None
     (stored,) = server.service.history(group, "s")
     assert stored.content == "[redacted]" and stored.metadata == {"epimem_redacted": True}
     assert secret not in "".join(server.service.export_group(group))
     assert all(secret not in h.episode.content for h in server.service.search(group, "safe code", k=10))
-    again = httpx.post(redact, json={"replacement": "[gone]"}, headers=auth(ADMIN), timeout=120)
+    again = HTTP.post(redact, json={"replacement": "[gone]"}, headers=auth(ADMIN), timeout=120)
     assert again.json()["redacted"] is False  # redacting a redacted message changes nothing

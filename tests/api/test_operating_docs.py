@@ -9,9 +9,9 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 from helpers.docs_blocks import blocks
+from helpers.http_client import HTTP
 from helpers.paths import BIN, DOCS
 from helpers.processes import clean_env
 from helpers.servers import ServerProcess, free_port
@@ -43,11 +43,9 @@ def test_the_operators_walk_through(tmp_path: Path) -> None:
         assert made["id"] == rotated["id"] and made["key"] != rotated["key"]
         assert "support-bot" in run.stdout and made["key"] not in run.stdout  # `keys list` shows no secret
         for secret in (made["key"], rotated["key"]):  # rotated, then revoked: both refused
-            refused = httpx.get(
-                f"{server.url}/v1/groups/team-a/sessions", headers={"authorization": f"Bearer {secret}"}
-            )
+            refused = HTTP.get(f"{server.url}/v1/groups/team-a/sessions", headers={"authorization": f"Bearer {secret}"})
             assert refused.status_code == 401
-        listed = httpx.get(f"{server.url}/v1/keys", headers={"authorization": f"Bearer {admin}"}).json()["keys"]
+        listed = HTTP.get(f"{server.url}/v1/keys", headers={"authorization": f"Bearer {admin}"}).json()["keys"]
         by_name = {key["name"]: key for key in listed}
         assert by_name["support-bot"]["status"] == "revoked" and by_name["ops"]["source"] == "file"
         assert by_name["support-bot"]["limits"] == {"messages_per_day": 10000}

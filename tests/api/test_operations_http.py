@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, chat, two_episode_session
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 from typer.testing import CliRunner
 
@@ -122,7 +123,7 @@ def test_backup_and_restore_over_http_and_the_command_line(
 ) -> None:
     server, service, settings = served
     source = view(service, "team-a")
-    assert httpx.get(f"{server.url}/v1/backup", headers=auth("admin-a")).status_code == 403
+    assert HTTP.get(f"{server.url}/v1/backup", headers=auth("admin-a")).status_code == 403
     file = tmp_path / "server.backup.gz"
     env = {"EPIMEM_API_KEY": KEYS["admin-all"]["key"]}
     fetched = runner.invoke(app, ["backup", "--url", server.url, str(file), "--json"], env=env)
@@ -151,27 +152,25 @@ def test_backup_and_restore_over_http_and_the_command_line(
     other = Epimem.from_settings(other_settings, background=False, embedder=embedder)
     try:
         with AppServer(other, settings=other_settings) as target:
-            downloaded = httpx.get(f"{server.url}/v1/backup", params={"group": "team-a"}, headers=auth("admin-all"))
+            downloaded = HTTP.get(f"{server.url}/v1/backup", params={"group": "team-a"}, headers=auth("admin-all"))
             assert downloaded.status_code == 200 and downloaded.headers["content-type"] == "application/gzip"
-            as_text = httpx.post(
+            as_text = HTTP.post(
                 f"{target.url}/v1/restore",
                 content=downloaded.content,
                 headers={**auth("admin-all"), "content-type": "text/plain"},
             )
             assert as_text.status_code == 415
             assert (
-                httpx.post(f"{target.url}/v1/restore", content=b"not a backup", headers=auth("admin-all")).status_code
+                HTTP.post(f"{target.url}/v1/restore", content=b"not a backup", headers=auth("admin-all")).status_code
                 == 422
             )
             headers = {**auth("admin-all"), "content-type": "application/gzip"}
-            answer = httpx.post(f"{target.url}/v1/restore", content=downloaded.content, headers=headers)
+            answer = HTTP.post(f"{target.url}/v1/restore", content=downloaded.content, headers=headers)
             assert answer.status_code == 200 and answer.json()["groups"] == ["team-a"], answer.text
             assert answer.json()["inexact_vectors"] == 0
             assert view(other, "team-a") == source
-            assert (
-                httpx.post(f"{target.url}/v1/restore", content=downloaded.content, headers=headers).status_code == 409
-            )
-            missing = httpx.get(f"{server.url}/v1/backup", params={"group": "nobody"}, headers=auth("admin-all"))
+            assert HTTP.post(f"{target.url}/v1/restore", content=downloaded.content, headers=headers).status_code == 409
+            missing = HTTP.get(f"{server.url}/v1/backup", params={"group": "nobody"}, headers=auth("admin-all"))
             assert missing.status_code == 404
     finally:
         other.close()

@@ -9,14 +9,16 @@ import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
+from helpers.http_client import HTTP
 from helpers.processes import clean_env, epimem
 from helpers.servers import ServerProcess, free_port
 from typer.testing import CliRunner
@@ -24,6 +26,7 @@ from typer.testing import CliRunner
 from api.cli.main import app
 from api.facade import Epimem
 from api.server import create_app
+from epimem_client import EpimemClient
 from memory.embedding.embedder import SentenceTransformerEmbedder
 from memory.embedding.lazy import LazyEmbedder
 from memory.engine.folder_lock import FolderLockedError
@@ -98,7 +101,7 @@ def test_one_process_per_embedded_folder(running_server: tuple[ServerProcess, Pa
     with pytest.raises(FolderLockedError, match=holder):
         Epimem.from_settings(data_dir=data, background=False)
     # The server is unharmed, and once it stops the folder is free again.
-    assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+    assert HTTP.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
     process.terminate()
     process.wait(timeout=60)
     freed = epimem("stats", "--data-dir", str(data), "--json")
@@ -173,6 +176,32 @@ def test_lazy_embedder_knows_the_model_id_without_loading(embedder: SentenceTran
     assert lazy.loaded and loads == [1]
     lazy.count_tokens("again")
     assert loads == [1]
+
+
+def test_a_service_and_its_clients_load_the_tls_certificates_once_at_most(
+    tmp_path: Path, embedder: SentenceTransformerEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading the CA bundle costs ~17 ms of CPU: a service that delivers no webhook loads none, and the thin
+    clients of one process share one TLS context."""
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counted(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        original(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    service = Epimem.from_settings(data_dir=tmp_path / "data", embedder=embedder)
+    try:
+        service.add_messages("g", "s", [{"id": "1", "content": "Ana adopted a dog.", "producer_id": "ana"}])
+        assert service.search("g", "dog")
+    finally:
+        service.close()
+    assert loads == []
+    clients = [EpimemClient("http://127.0.0.1:9") for _ in range(3)]
+    for client in clients:
+        client.close()
+    assert len(loads) <= 1
 
 
 # -- messages ------------------------------------------------------------------------------------------------------

@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from helpers.builders import T0, chat
 from helpers.fake_openai import FakeOpenAI, Reply, episode_from_prompt
+from helpers.http_client import HTTP
 from helpers.processes import clean_env
 from helpers.servers import ServerProcess
 
@@ -61,7 +61,7 @@ def test_sigterm_during_the_startup_recovery_stops_fast_and_loses_nothing(
                 while not (llm.requests_of("episode") or llm.requests_of("segment")):
                     assert time.monotonic() < deadline, "the recovery sent no LLM request"
                     time.sleep(0.1)
-                assert httpx.get(f"{server.url}/readyz", timeout=10).json()["recovering"] is True
+                assert HTTP.get(f"{server.url}/readyz", timeout=10).json()["recovering"] is True
                 assert server.process is not None
                 server.process.terminate()
                 server.process.wait(timeout=120)  # the recovery cannot end before: its LLM call is unanswered
@@ -80,6 +80,6 @@ def test_sigterm_during_the_startup_recovery_stops_fast_and_loses_nothing(
         with ServerProcess.serve(env=env, log=tmp_path / "second.log") as again:
             again.wait_recovered(timeout=300)
             for i in range(SESSIONS):
-                page = httpx.get(f"{again.url}/v1/groups/{GROUP}/timeline", params={"session_id": f"s{i}"}).json()
+                page = HTTP.get(f"{again.url}/v1/groups/{GROUP}/timeline", params={"session_id": f"s{i}"}).json()
                 cited = {m for e in page["episodes"] for m in e["source_message_ids"]}
                 assert cited == {f"s{i}-{n}" for n in range(3)}, (i, page)

@@ -219,6 +219,19 @@ def episode_recall(search: Any, samples: Sequence[Sample], ks: Sequence[int] = E
     return found
 
 
+_BASELINES: dict[tuple[str, str, tuple[int, ...]], Scores] = {}
+
+
+def baseline(samples: Sequence[Sample], method: str, budgets: Sequence[int], embedder: Any) -> Scores:
+    """A baseline's recall over ``samples``, each conversation scored once per run: a baseline reads the
+    messages alone, so both ingest modes and the circles of friends share its figures."""
+    for sample in samples:
+        key = (sample.sample_id, method, tuple(budgets))
+        if key not in _BASELINES:
+            _BASELINES[key] = baseline_recall([sample], method, budgets, embedder=embedder)
+    return merge({s.sample_id: _BASELINES[(s.sample_id, method, tuple(budgets))] for s in samples})
+
+
 def merge(per_conversation: dict[str, Scores]) -> Scores:
     merged = Scores()
     for scores in per_conversation.values():
@@ -294,7 +307,7 @@ def run_dataset(
     results = {"epimem context": merge(per_conversation)}
     if not args.no_baselines:
         for method in BASELINES:
-            results[BASELINE_NAMES[method]] = baseline_recall(samples, method, budgets, embedder=service.embedder)
+            results[BASELINE_NAMES[method]] = baseline(samples, method, budgets, service.embedder)
     count = sum(len(scored_questions(s)) for s in samples)
     print(f"\n## {name}: {', '.join(s.sample_id for s in samples)} ({count} questions), ingested {mode}")
     how = f" (of which {waited:.1f} s waiting for the idle sessions to close)" if mode == "chat" else ""
@@ -315,7 +328,7 @@ def run_dataset(
             members = [s for s in samples if s.sample_id in ids]
             rows = {
                 "epimem context": merge({c: per_conversation[c] for c in ids}),
-                BASELINE_NAMES["rrf"]: baseline_recall(members, "rrf", budgets, embedder=service.embedder),
+                BASELINE_NAMES["rrf"]: baseline(members, "rrf", budgets, service.embedder),
             }
             print(f"\n### circle {people}: {', '.join(ids)}\n")
             print(table(rows, categories, budgets, HEADLINE[name]))

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from helpers.builders import turns
+from helpers.http_client import HTTP
 from helpers.servers import AppServer
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -47,13 +47,13 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "c
 
 
 def post(url: str, path: str, body: Any = None) -> Any:
-    response = httpx.post(url + path, json=body, timeout=60)
+    response = HTTP.post(url + path, json=body, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()
 
 
 def get(url: str, path: str, **params: Any) -> Any:
-    response = httpx.get(url + path, params=params, timeout=60)
+    response = HTTP.get(url + path, params=params, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -85,7 +85,7 @@ def test_an_acknowledged_add_is_recalled_at_once_over_http(
     assert opened["pending"] is True and [m["id"] for m in opened["messages"]] == ["m0", "m1"]
     theirs = get(url, f"/v1/groups/{other}/sessions/chat-1/episodes/{episode_id}", expand="messages")
     assert theirs["episode"]["group_id"] == other and [m["id"] for m in theirs["messages"]] == ["p0", "p1"]
-    assert httpx.get(f"{url}/v1/groups/{group_id}/sessions/nope/episodes/{episode_id}", timeout=30).status_code == 404
+    assert HTTP.get(f"{url}/v1/groups/{group_id}/sessions/nope/episodes/{episode_id}", timeout=30).status_code == 404
 
     # Scope: another session or a time window outside the messages finds nothing pending.
     post(url, f"/v1/groups/{group_id}/sessions/chat-2/messages", {"messages": turns(POTTERY, prefix="q")})
@@ -101,7 +101,7 @@ def test_an_acknowledged_add_is_recalled_at_once_over_http(
     assert page["pending"] == [e["uuid"] for e in page["episodes"]] and episode_id in page["pending"]
 
     # Deleting a pending message removes it from recall at once.
-    assert httpx.delete(f"{url}/v1/groups/{group_id}/sessions/chat-1/messages/m0", timeout=60).status_code == 200
+    assert HTTP.delete(f"{url}/v1/groups/{group_id}/sessions/chat-1/messages/m0", timeout=60).status_code == 200
     again = post(url, f"/v1/groups/{group_id}/context", {"query": "Rex", "token_budget": 200})
     assert "golden retriever" not in again["text"]
     assert all("m0" not in c["message_ids"] for c in again["citations"])

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from helpers.builders import T0, turns
+from helpers.http_client import HTTP
 from helpers.servers import AppServer, ChromaServer
 
 from api.facade import Epimem
@@ -28,7 +29,7 @@ RECHECK_S = 0.05
 
 def call(server: AppServer, method: str, path: str, key: str | None = ROOT, **options: Any) -> httpx.Response:
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    return httpx.request(method, f"{server.url}{path}", headers=headers, timeout=120, **options)
+    return HTTP.request(method, f"{server.url}{path}", headers=headers, timeout=120, **options)
 
 
 def add(server: AppServer, key: str, group: str, ids: list[str], size: int = 10) -> httpx.Response:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers.builders import T0
+from helpers.http_client import HTTP
 from helpers.processes import clean_env
 from helpers.round_robin import RoundRobin
 from helpers.servers import ChromaServer, ServerProcess
@@ -128,7 +129,7 @@ def test_a_session_forms_once_when_every_server_flushes_it(cluster: Cluster) -> 
 
     def flush(url: str) -> None:
         barrier.wait()
-        answers.append(httpx.post(f"{url}/v1/groups/{group}/sessions/plan/flush", timeout=300))
+        answers.append(HTTP.post(f"{url}/v1/groups/{group}/sessions/plan/flush", timeout=300))
 
     threads = [threading.Thread(target=flush, args=(url,)) for url in cluster.direct()]
     for thread in threads:
@@ -137,7 +138,7 @@ def test_a_session_forms_once_when_every_server_flushes_it(cluster: Cluster) -> 
         thread.join()
     assert [answer.status_code for answer in answers] == [200] * len(threads), [a.text for a in answers]
     for url in cluster.direct():
-        episodes = _ok(httpx.get(f"{url}/v1/groups/{group}/timeline", params={"limit": 100}, timeout=60))["episodes"]
+        episodes = _ok(HTTP.get(f"{url}/v1/groups/{group}/timeline", params={"limit": 100}, timeout=60))["episodes"]
         formed = [e for e in episodes if not e.get("pending")]  # type: ignore[attr-defined,union-attr]
         cited = [m for e in formed for m in e["source_message_ids"]]  # type: ignore[index]
         assert sorted(cited) == sorted(f"p-{i}" for i in range(len(texts))), (url, cited)  # each message once
@@ -159,23 +160,21 @@ def test_deletes_and_redactions_hold_on_every_server(cluster: Cluster) -> None:
         _ok(client.post(f"/v1/groups/{group}/sessions/b/flush"))
     for url in cluster.direct():  # every server reads the group once: each holds it in its read cache
         context = _ok(
-            httpx.post(f"{url}/v1/groups/{group}/context", json={"query": "gate code project name"}, timeout=60)
+            HTTP.post(f"{url}/v1/groups/{group}/context", json={"query": "gate code project name"}, timeout=60)
         )
         assert secret in str(context["text"]) and gone in str(context["text"])
     first, second = cluster.direct()[:2]
-    redacted = httpx.post(f"{first}/v1/groups/{group}/sessions/a/messages/a-0/redact", json={}, timeout=300)
+    redacted = HTTP.post(f"{first}/v1/groups/{group}/sessions/a/messages/a-0/redact", json={}, timeout=300)
     assert redacted.status_code == 200 and redacted.json()["redacted"] is True, redacted.text
-    deleted = httpx.delete(f"{second}/v1/groups/{group}/sessions/a/messages/a-1", timeout=300)
+    deleted = HTTP.delete(f"{second}/v1/groups/{group}/sessions/a/messages/a-1", timeout=300)
     assert deleted.status_code == 200, deleted.text
     for url in cluster.direct():
         reads = [
-            httpx.post(
-                f"{url}/v1/groups/{group}/search", json={"query": "gate code project name", "k": 10}, timeout=60
-            ),
-            httpx.post(f"{url}/v1/groups/{group}/context", json={"query": "gate code project name"}, timeout=60),
-            httpx.get(f"{url}/v1/groups/{group}/timeline", params={"limit": 100}, timeout=60),
-            httpx.get(f"{url}/v1/groups/{group}/sessions/a/messages", params={"limit": 100}, timeout=60),
-            httpx.get(f"{url}/v1/groups/{group}/export", timeout=60),
+            HTTP.post(f"{url}/v1/groups/{group}/search", json={"query": "gate code project name", "k": 10}, timeout=60),
+            HTTP.post(f"{url}/v1/groups/{group}/context", json={"query": "gate code project name"}, timeout=60),
+            HTTP.get(f"{url}/v1/groups/{group}/timeline", params={"limit": 100}, timeout=60),
+            HTTP.get(f"{url}/v1/groups/{group}/sessions/a/messages", params={"limit": 100}, timeout=60),
+            HTTP.get(f"{url}/v1/groups/{group}/export", timeout=60),
         ]
         for read in reads:
             assert read.status_code == 200, read.text
@@ -225,7 +224,7 @@ def test_a_server_killed_mid_request_loses_nothing_acknowledged(cluster: Cluster
         cursor: str | None = None
         while True:
             params = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
-            page = _ok(httpx.get(f"{url}/v1/groups/{group}/sessions/ship/messages", params=params, timeout=60))
+            page = _ok(HTTP.get(f"{url}/v1/groups/{group}/sessions/ship/messages", params=params, timeout=60))
             stored |= {str(m["id"]) for m in page["messages"]}  # type: ignore[attr-defined]
             if (cursor := page.get("next_cursor")) is None:  # type: ignore[assignment]
                 break

@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import chromadb
-import httpx
 import numpy as np
 import pytest
 from helpers.builders import T0, chat, two_episode_session
 from helpers.docs_blocks import blocks
+from helpers.http_client import HTTP
 from helpers.paths import DOCS
 from helpers.servers import ChromaServer, ServerProcess
 
@@ -318,18 +318,18 @@ def _http_session(url: str, group: str, session: str, marker: str, *, day: int) 
     first = chat(f"{session}-a", 2, start=start, topic=day, marker=marker)
     second = chat(f"{session}-b", 2, start=start + timedelta(days=1), topic=day + 1)
     path = f"{url}/v1/groups/{group}/sessions/{session}"
-    httpx.post(f"{path}/messages", json={"messages": first + second}, timeout=120).raise_for_status()
-    httpx.post(f"{path}/flush", timeout=300).raise_for_status()
+    HTTP.post(f"{path}/messages", json={"messages": first + second}, timeout=120).raise_for_status()
+    HTTP.post(f"{path}/flush", timeout=300).raise_for_status()
 
 
 def _read_like_a_client(url: str, groups: list[str]) -> None:
     for group in groups:
         base = f"{url}/v1/groups/{group}"
         for answer in (
-            httpx.post(f"{base}/search", json={"query": "the dog and the pottery vase"}, timeout=120),
-            httpx.post(f"{base}/context", json={"query": "what happened on the trip?"}, timeout=120),
-            httpx.get(f"{base}/timeline", params={"limit": 50}, timeout=120),
-            httpx.get(f"{base}/export", timeout=120),
+            HTTP.post(f"{base}/search", json={"query": "the dog and the pottery vase"}, timeout=120),
+            HTTP.post(f"{base}/context", json={"query": "what happened on the trip?"}, timeout=120),
+            HTTP.get(f"{base}/timeline", params={"limit": 50}, timeout=120),
+            HTTP.get(f"{base}/export", timeout=120),
         ):
             assert answer.status_code in (200, 404), answer.text
 
@@ -347,13 +347,11 @@ def _one_run_under_traffic(data_dir: Path, log: Path, *, kill: bool) -> list[tup
         _http_session(url, keep, "s-msgs", words["msg"], day=2)
         _http_session(url, keep, "s-epis", words["epi"], day=4)
         _http_session(url, keep, secret_session, words["ses"], day=6)
-        httpx.put(
-            f"{url}/v1/groups/{keep}/sessions/{secret_session}", json={"title": words["title"]}
-        ).raise_for_status()
+        HTTP.put(f"{url}/v1/groups/{keep}/sessions/{secret_session}", json={"title": words["title"]}).raise_for_status()
         _http_session(url, gone, "s1", words["grp"], day=8)
-        httpx.put(f"{url}/v1/groups/{gone}", json={"description": words["desc"]}).raise_for_status()
+        HTTP.put(f"{url}/v1/groups/{gone}", json={"description": words["desc"]}).raise_for_status()
         _read_like_a_client(url, [keep, gone])
-        timeline = httpx.get(f"{url}/v1/groups/{keep}/timeline", params={"session_id": "s-epis"}).json()
+        timeline = HTTP.get(f"{url}/v1/groups/{keep}/timeline", params={"session_id": "s-epis"}).json()
         doomed = next(e for e in timeline["episodes"] if "s-epis-a-0" in e["source_message_ids"])
         needles = [*words.values(), secret_session, doomed["uuid"], doomed["title"]]
         deletes = [
@@ -363,7 +361,7 @@ def _one_run_under_traffic(data_dir: Path, log: Path, *, kill: bool) -> list[tup
             f"{url}/v1/groups/{gone}",
         ]
         for delete in deletes:
-            assert httpx.delete(delete, timeout=300).status_code == 200
+            assert HTTP.delete(delete, timeout=300).status_code == 200
             _read_like_a_client(url, [keep, gone])
         found = scan_folder(data_dir, needles)  # while the server runs, after its reads
         assert found == [], f"residue while serving: {found}"

@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from epimem_client._calls import Call, Calls, MessageInput, SummaryOptions, error_from_response, unreachable
+from epimem_client._calls import Call, Calls, MessageInput, SummaryOptions, error_from_response, tls, unreachable
 from epimem_client.errors import NotFoundError
 from epimem_client.models import (
     AddReceipt,
@@ -67,7 +67,7 @@ class _Client(Generic[H]):
     def __init__(
         self, base_url: str = DEFAULT_URL, *, api_key: str | None = None, timeout: float = 120.0, http: H | None = None
     ) -> None:
-        self._http: H = http or self._http_class(base_url=base_url, timeout=timeout)
+        self._http: H = http or self._http_class(base_url=base_url, timeout=timeout, verify=tls())
         self._owned = http is None
         self._auth = _headers(api_key)
 
