@@ -11,7 +11,8 @@ from memory.models import Episode, Message
 # a marker, a date line or another message.
 INDENT = "  "
 TAB_WIDTH = 4
-_LINE_BREAK = re.compile("[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")  # where str.splitlines cuts
+LINE_ENDS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines cuts
+_LINE_BREAK = re.compile(f"[{LINE_ENDS}]")
 
 # What is embedded for an episode: the title and the lead of the content. The model reads at
 # most 256 wordpieces; every message is embedded on its own too, so nothing is lost.
@@ -56,6 +57,11 @@ def shown_lines(text: str) -> str:
         return ""
     common = min(width for width, _line in rows)
     return "\n".join([rows[0][1], *(INDENT + " " * (width - common) + line for width, line in rows[1:])])
+
+
+def line_start(text: str, index: int) -> int:
+    """Where the line that holds ``text[index]`` begins (lines as ``str.splitlines`` cuts them)."""
+    return max(text.rfind(end, 0, index) for end in LINE_ENDS) + 1
 
 
 def context_line(message: Message) -> str:

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from memory.models import Episode, Message
-from memory.text import context_line, shown_lines
+from memory.text import context_line, line_start, shown_lines
 from retrieval.bm25 import tokenize
 
 _UNIT_END = re.compile(r"\n|(?<=[.!?;:])\s+")
@@ -147,9 +147,9 @@ def excerpt_text(content: str, span: tuple[int, int]) -> str:
     """The span's text as a context shows it (``shown_lines``), with ``…`` where the message goes on before or
     after it."""
     start, end = span
-    line_start = content.rfind("\n", 0, start) + 1
+    opening = line_start(content, start)
     # A span that opens a line is shown with that line's indentation, against which the others are measured.
-    text = shown_lines(content[line_start if not content[line_start:start].strip() else start : end])
+    text = shown_lines(content[opening if not content[opening:start].strip() else start : end])
     before = MARK + " " if content[:start].strip() else ""
     after = " " + MARK if content[end:].strip() else ""
     return f"{before}{text}{after}"

@@ -273,6 +273,15 @@ def test_code_keeps_its_lines_and_its_shape() -> None:
     )
 
 
+@pytest.mark.parametrize("end", ["\r", "\r\n", "\u2028", "\x85"])
+def test_an_excerpt_opening_a_line_keeps_its_indentation_whatever_ends_the_lines(end: str) -> None:
+    content = CODE_REPLY.replace("\n", end)
+    start = content.index("if start")
+    assert excerpt_text(content, (start, content.index("```" + end, start))) == (
+        f"{MARK} if start is None:\n      return None\n  return start + timedelta(days=14) {MARK}"
+    )
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(st.characters(codec="utf-8"), max_size=400))
 @example("a\x0bb\x0cc\x1cd\x1de\x1ef\x85g\u2028h\u2029i\rj\r\nk\x1fl\u00a0m")  # every line end str.splitlines knows
