@@ -21,7 +21,8 @@ and for the three single-turn baselines of ../shared/data/README.md (reproduced 
 episode recall@k of search (share of the evidence message ids inside the top-k episodes' source
 messages, k = 1, 3, 5, 10). ``--loo`` adds the leave-one-conversation-out figures of the tuned
 context weights (tests/benchmarks/recall_tune.py) beside the in-sample ones. ``--quick`` (CI): the
-first sessions of one conversation per dataset (BEAM: the first batch of one chat), no leave-one-out.
+first sessions of one conversation per dataset (BEAM: the first batch of one chat), no leave-one-out, and one
+model for both modes that encodes each text once (the suite's ``RememberingEmbedder``: every vector the model's).
 
 ``--mode`` says how the conversations go in. ``flushed``: each conversation's sessions in one call,
 every session formed before the questions (the friendliest client). ``chat``: as a chat app adds
@@ -354,13 +355,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     datasets = {name: load_dataset(name, quick=args.quick) for name in args.datasets.split(",") if name}
     modes = MODES if args.mode == "both" else (args.mode,)
+    embedder = None
+    if args.quick:  # one model for both modes, each text encoded once (the real model's vector, as in the suite)
+        from tests.helpers.embedders import RememberingEmbedder
+
+        embedder = RememberingEmbedder()
     outcome: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="epimem-recall-") as scratch:
         base = Path(args.data_dir or scratch)
         for mode in modes:
             folder = base if mode == "flushed" or args.mode == "chat" else base.with_name(base.name + "-chat")
             chat = mode == "chat"
-            service = Epimem.from_settings(data_dir=folder, background=chat, episode_idle_seconds=args.idle)
+            service = Epimem.from_settings(
+                data_dir=folder, background=chat, episode_idle_seconds=args.idle, embedder=embedder
+            )
             try:
                 outcome[mode] = {
                     name: run_dataset(service, name, samples, args, mode) for name, samples in datasets.items()
