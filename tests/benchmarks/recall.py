@@ -226,11 +226,13 @@ _BASELINES: dict[tuple[str, str, tuple[int, ...]], Scores] = {}
 def baseline(samples: Sequence[Sample], method: str, budgets: Sequence[int], embedder: Any) -> Scores:
     """A baseline's recall over ``samples``, each conversation scored once per run: a baseline reads the
     messages alone, so both ingest modes and the circles of friends share its figures."""
+    per_conversation = {}
     for sample in samples:
         key = (sample.sample_id, method, tuple(budgets))
         if key not in _BASELINES:
             _BASELINES[key] = baseline_recall([sample], method, budgets, embedder=embedder)
-    return merge({s.sample_id: _BASELINES[(s.sample_id, method, tuple(budgets))] for s in samples})
+        per_conversation[sample.sample_id] = _BASELINES[key]
+    return merge(per_conversation)
 
 
 def merge(per_conversation: dict[str, Scores]) -> Scores:

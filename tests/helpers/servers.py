@@ -23,11 +23,8 @@ from fastapi import FastAPI
 from api.facade import Epimem
 from api.server import create_app
 from api.settings import Settings
+from helpers.http_client import HTTP
 from helpers.paths import BIN, ROOT
-
-# Waits poll with one client: a client made per poll costs ~20 ms of CPU (its TLS context), a second of it for
-# each server that loads the model meanwhile.
-POLLS = httpx.Client()
 
 
 def free_port() -> int:
@@ -138,7 +135,7 @@ class ServerProcess(_StartedInWith):
             assert self.process.poll() is None, f"the server exited with {self.process.returncode}\n{self.output()}"
             assert time.monotonic() < deadline, f"the epimem server did not become ready\n{self.output()}"
             try:
-                if POLLS.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if HTTP.get(self.url + "/readyz", timeout=2).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -146,7 +143,7 @@ class ServerProcess(_StartedInWith):
 
     def wait_recovered(self, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
-        while POLLS.get(self.url + "/readyz", timeout=5).json().get("recovering"):
+        while HTTP.get(self.url + "/readyz", timeout=5).json().get("recovering"):
             assert time.monotonic() < deadline, "startup recovery did not finish"
             time.sleep(0.2)
 
@@ -218,7 +215,7 @@ class ChromaServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if POLLS.get(f"http://127.0.0.1:{self.port}/api/v2/heartbeat", timeout=1).status_code == 200:
+                if HTTP.get(f"http://127.0.0.1:{self.port}/api/v2/heartbeat", timeout=1).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
